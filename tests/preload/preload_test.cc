@@ -1,0 +1,149 @@
+// Preload integration tests: real programs run against the simulated driver (tests/simdriver),
+// with and without libvgpu.so in LD_PRELOAD, and their results are compared.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+
+#include "subprocess.h"
+
+namespace vgpu::testing {
+namespace {
+
+using Env = std::map<std::string, std::string>;
+
+std::string Program(const std::string& name) { return std::string(VGPU_TEST_PROGRAM_DIR) + "/" + name; }
+
+// The environment of a run: only what the test sets, plus the simulated driver's directory.
+Env BaseEnv() { return {{"LD_LIBRARY_PATH", VGPU_SIM_DIR}, {"PATH", "/usr/bin:/bin"}}; }
+
+Env WithVgpu(Env env = BaseEnv()) {
+  env["LD_PRELOAD"] = VGPU_LIBRARY_PATH;
+  return env;
+}
+
+Env With(Env env, const Env& extra) {
+  for (const auto& [k, v] : extra) env[k] = v;
+  return env;
+}
+
+std::string Describe(const RunResult& r) {
+  return "exit " + std::to_string(r.exit_code) + (r.timed_out ? " (timed out)" : "") + "\n--- stdout\n" +
+         r.out + "--- stderr\n" + r.err;
+}
+
+TEST(Preload, DriverApiProgramGivesTheSameResultsWithVgpu) {
+  const RunResult native = RunProgram({Program("driver_api")}, BaseEnv());
+  ASSERT_EQ(native.exit_code, 0) << Describe(native);
+  const RunResult hooked = RunProgram({Program("driver_api")}, WithVgpu());
+  ASSERT_EQ(hooked.exit_code, 0) << Describe(hooked);
+  EXPECT_EQ(hooked.out, native.out);
+  EXPECT_NE(native.out.find("done"), std::string::npos);
+}
+
+TEST(Preload, SilentByDefault) {
+  const RunResult r = RunProgram({Program("driver_api")}, WithVgpu());
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_EQ(r.err, "");
+}
+
+TEST(Preload, VerboseLogShowsTheExportedSymbolLayerAndNeverTouchesStdout) {
+  const RunResult quiet = RunProgram({Program("driver_api")}, WithVgpu());
+  const RunResult r = RunProgram({Program("driver_api")}, With(WithVgpu(), {{"LIBCUDA_LOG_LEVEL", "4"}}));
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_EQ(r.out, quiet.out);
+  EXPECT_NE(r.err.find("hook cuInit reached through exported symbol"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("hook cuMemAlloc_v2 reached through exported symbol"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("hook cuLaunchKernel reached through exported symbol"), std::string::npos) << r.err;
+  EXPECT_EQ(CountOccurrences(r.err, "hook cuMemAlloc_v2 reached through exported symbol"), 1);
+}
+
+TEST(Preload, ProcAddressMapsEveryVersionedVariantToTheWrapperOfTheSameAbi) {
+  const RunResult native = RunProgram({Program("proc_address"), "driver"}, BaseEnv());
+  ASSERT_EQ(native.exit_code, 0) << Describe(native);
+  const RunResult hooked = RunProgram({Program("proc_address"), "vgpu"}, WithVgpu());
+  ASSERT_EQ(hooked.exit_code, 0) << Describe(hooked);
+  EXPECT_EQ(hooked.out, native.out);
+}
+
+TEST(Preload, VerboseLogShowsDlsymAndProcAddressLayers) {
+  const RunResult r =
+      RunProgram({Program("proc_address"), "vgpu"}, With(WithVgpu(), {{"LIBCUDA_LOG_LEVEL", "4"}}));
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_NE(r.err.find("hook cuGetProcAddress_v2 reached through dlsym"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("hook cuMemAlloc_v2 reached through cuGetProcAddress (\"cuMemAlloc\", cudaVersion 3020"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("hook cuLaunchKernel_ptsz reached through cuGetProcAddress"), std::string::npos) << r.err;
+}
+
+TEST(Preload, DlsymIsInterposedOnlyForDriverHandles) {
+  const RunResult native = RunProgram({Program("dlsym_lookup"), "driver"}, BaseEnv());
+  ASSERT_EQ(native.exit_code, 0) << Describe(native);
+  const RunResult hooked = RunProgram({Program("dlsym_lookup"), "vgpu"}, WithVgpu());
+  ASSERT_EQ(hooked.exit_code, 0) << Describe(hooked);
+}
+
+TEST(Preload, DisableControlMakesTheLibraryAPurePassThrough) {
+  const Env env = With(WithVgpu(), {{"CUDA_DISABLE_CONTROL", "true"}});
+  const RunResult gpa = RunProgram({Program("proc_address"), "driver"}, env);
+  EXPECT_EQ(gpa.exit_code, 0) << Describe(gpa);
+  const RunResult lookup = RunProgram({Program("dlsym_lookup"), "driver"}, env);
+  EXPECT_EQ(lookup.exit_code, 0) << Describe(lookup);
+  // Even a malformed limit does not matter once control is disabled.
+  const RunResult api =
+      RunProgram({Program("driver_api")}, With(env, {{"CUDA_DEVICE_MEMORY_LIMIT", "12x"}}));
+  EXPECT_EQ(api.exit_code, 0) << Describe(api);
+}
+
+TEST(Preload, MalformedLimitRefusesCudaWithAMessageNamingTheVariable) {
+  const RunResult r =
+      RunProgram({Program("driver_api")}, With(WithVgpu(), {{"CUDA_DEVICE_MEMORY_LIMIT", "12x"}}));
+  EXPECT_EQ(r.exit_code, 1) << Describe(r);
+  EXPECT_NE(r.err.find("CUDA_DEVICE_MEMORY_LIMIT=\"12x\""), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("cuInit(0) returned 800"), std::string::npos) << r.err;  // NOT_PERMITTED
+  EXPECT_EQ(r.out, "");
+}
+
+TEST(Preload, ContradictoryDialectsAreReportedWithBothNames) {
+  const RunResult r = RunProgram(
+      {Program("driver_api")},
+      With(WithVgpu(), {{"CUDA_DEVICE_SM_LIMIT", "30"}, {"CUDA_CORE_LIMIT", "40"}}));
+  EXPECT_NE(r.exit_code, 0) << Describe(r);
+  EXPECT_NE(r.err.find("CUDA_DEVICE_SM_LIMIT"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("CUDA_CORE_LIMIT"), std::string::npos) << r.err;
+}
+
+TEST(Preload, SameValueInTwoDialectsIsAccepted) {
+  const RunResult r = RunProgram(
+      {Program("driver_api")},
+      With(WithVgpu(), {{"CUDA_DEVICE_MEMORY_LIMIT", "1g"}, {"WRAPPER_MAX_MEMORY", "1073741824"}}));
+  EXPECT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_EQ(r.err, "");
+}
+
+TEST(Preload, VerboseLevelPrintsTheEffectiveConfigurationOnce) {
+  for (const Env& level : {Env{{"LIBCUDA_LOG_LEVEL", "3"}}, Env{{"LOGGER_LEVEL", "5"}}}) {
+    const RunResult r = RunProgram(
+        {Program("driver_api")}, With(With(WithVgpu(), level), {{"CUDA_DEVICE_MEMORY_LIMIT", "2GiB"}}));
+    ASSERT_EQ(r.exit_code, 0) << Describe(r);
+    EXPECT_EQ(CountOccurrences(r.err, "effective configuration"), 1) << r.err;
+    EXPECT_NE(r.err.find("2 GiB"), std::string::npos) << r.err;
+  }
+}
+
+TEST(Preload, ConcurrentFirstCallsFromManyThreads) {
+  for (int run = 0; run < 25; ++run) {
+    const RunResult r = RunProgram({Program("first_call_race")}, WithVgpu(), 30);
+    ASSERT_EQ(r.exit_code, 0) << "run " << run << ": " << Describe(r);
+  }
+}
+
+TEST(Preload, ForkedChildrenWork) {
+  const RunResult r = RunProgram({Program("fork_child")}, WithVgpu(), 90);
+  EXPECT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_NE(r.out.find("fork_child ok"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace vgpu::testing
