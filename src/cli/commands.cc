@@ -1,0 +1,161 @@
+#include "cli/commands.h"
+
+#include <array>
+
+#include "cli/info.h"
+#include "cli/run.h"
+
+namespace vgpu::cli {
+namespace {
+
+constexpr std::array kHelpOptions = {OptionSpec{"help", 'h', "", "Show this help."}};
+std::span<const OptionSpec> HelpOptions() { return kHelpOptions; }
+int HelpMain(const ParsedArgs& args, std::ostream& out, std::ostream& err);
+
+constexpr std::string_view kRunDescription =
+    "Runs a command with libvgpu.so preloaded, under device-memory and compute limits. The\n"
+    "limits bind the command and every process it starts together: one budget per GPU,\n"
+    "shared through a per-run ledger file. Without a limit option the command runs\n"
+    "unlimited but accounted (visible to the ledger).\n"
+    "\n"
+    "Examples:\n"
+    "  vgpu run --memory 4GiB --compute 30 -- python train.py\n"
+    "  vgpu run --devices 0,1 --memory 0=8GiB,1=2GiB -- ./server --port 8080\n"
+    "  vgpu run --compute 30 --soft-compute 80 --priority 1 -- ./batch-job";
+
+constexpr std::string_view kRunEpilog =
+    "Environment:\n"
+    "  The job gets LD_PRELOAD (libvgpu.so first; other copies of libvgpu.so removed),\n"
+    "  CUDA_DEVICE_MEMORY_LIMIT[_<i>] (bytes), CUDA_DEVICE_SM_LIMIT[_<i>] (percent),\n"
+    "  CUDA_CORE_SOFT_LIMIT[_<i>], CUDA_TASK_PRIORITY, CUDA_OVERSUBSCRIBE, CUDA_VISIBLE_DEVICES,\n"
+    "  LIBCUDA_LOG_LEVEL (with -v) and CUDA_DEVICE_MEMORY_SHARED_CACHE (the ledger), as its\n"
+    "  options ask.\n"
+    "  Before setting them, vgpu run REMOVES every inherited limit variable of every dialect\n"
+    "  (CUDA_DEVICE_MEMORY_LIMIT*, CUDA_DEVICE_SM_LIMIT*, CUDA_DEVICE_*_LIMIT*, CUDA_MEM_LIMIT*,\n"
+    "  CUDA_CORE_LIMIT*, CUDA_CORE_SOFT_LIMIT*, WRAPPER_MAX_MEMORY, CUDA_OVERSUBSCRIBE,\n"
+    "  CUDA_MEMORY_OVERSUBSCRIBE, CUDA_TASK_PRIORITY, CUDA_DEVICE_MEMORY_SHARED_CACHE,\n"
+    "  GPU_CORE_UTILIZATION_POLICY, CUDA_DISABLE_CONTROL; and GPU_DEVICES_UUID with --devices),\n"
+    "  so the limits on the command line are the only ones in force.\n"
+    "  VGPU_LIBRARY: where to find libvgpu.so when --library is not given.\n"
+    "\n"
+    "Signals:\n"
+    "  SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to vgpu are forwarded to the command.\n"
+    "\n"
+    "Exit status:\n"
+    "  the command's exit status, or 128+N if it was killed by signal N;\n"
+    "  2 for an invalid option or value (nothing is run); 69 if no NVIDIA driver\n"
+    "  (libcuda.so.1) is found; 126 if the command is not executable; 127 if it is not found;\n"
+    "  1 if vgpu itself fails (e.g. cannot create the run directory).";
+
+constexpr std::string_view kInfoDescription =
+    "Shows the libvgpu.so that `vgpu run` would use, the NVIDIA driver found (path, whether it\n"
+    "is the project's simulated driver, CUDA version), the GPUs NVML reports (name, UUID,\n"
+    "memory) and the vgpu configuration that the current environment sets, in every dialect.";
+
+constexpr std::string_view kInfoEpilog =
+    "Exit status:\n"
+    "  0; 1 if the limit variables in the environment are invalid (each error is listed);\n"
+    "  a machine without a driver is reported, not an error.";
+
+constexpr std::array kCommands = {
+    Command{"run", "Run a command under GPU memory and compute limits",
+            "vgpu run [options] [--] command [args...]", kRunDescription, RunOptions,
+            OperandMode::kStopAtFirstOperand, kRunEpilog, RunMain},
+    Command{"info", "Show the library, driver, GPUs and the configuration in the environment",
+            "vgpu info [options]", kInfoDescription, InfoOptions, OperandMode::kInterleaved,
+            kInfoEpilog, InfoMain},
+    // `ps` and `top` (who uses what, from the ledgers) slot in here.
+    Command{"help", "Show help for vgpu or for a command", "vgpu help [command]",
+            "Shows the list of commands, or a command's options.", HelpOptions,
+            OperandMode::kInterleaved, "", HelpMain},
+};
+
+int HelpMain(const ParsedArgs& args, std::ostream& out, std::ostream& err) {
+  if (args.operands.empty()) {
+    out << MainHelp();
+    return 0;
+  }
+  if (args.operands.size() > 1) {
+    err << "vgpu help: expected one command name\n";
+    return 2;
+  }
+  const Command* command = FindCommand(args.operands[0]);
+  if (command == nullptr) {
+    err << "vgpu help: unknown command \"" << args.operands[0] << "\" (see 'vgpu --help')\n";
+    return 2;
+  }
+  out << CommandHelp(*command);
+  return 0;
+}
+
+}  // namespace
+
+std::span<const Command> Commands() { return kCommands; }
+
+const Command* FindCommand(std::string_view name) {
+  for (const Command& command : kCommands) {
+    if (command.name == name) return &command;
+  }
+  return nullptr;
+}
+
+std::string MainHelp() {
+  std::string text = "vgpu " VGPU_VERSION " - share NVIDIA GPUs with hard memory and compute limits\n\n"
+                     "Usage: vgpu <command> [options] [args...]\n\nCommands:\n";
+  for (const Command& command : kCommands) {
+    std::string name(command.name);
+    name.resize(8, ' ');
+    text += "  " + name + std::string(command.summary) + "\n";
+  }
+  text +=
+      "\nOptions:\n"
+      "  -h, --help     Show this help\n"
+      "      --version  Print the version\n"
+      "\nRun 'vgpu help <command>' or 'vgpu <command> --help' for a command's options.\n";
+  return text;
+}
+
+std::string CommandHelp(const Command& command) {
+  std::string text = "Usage: " + std::string(command.usage) + "\n\n" + std::string(command.description) +
+                     "\n\nOptions:\n" + FormatOptionHelp(command.options());
+  if (!command.epilog.empty()) text += "\n" + std::string(command.epilog) + "\n";
+  return text;
+}
+
+int Dispatch(std::span<const std::string> args, std::ostream& out, std::ostream& err) {
+  if (args.empty()) {
+    err << MainHelp();
+    return 2;
+  }
+  const std::string& first = args[0];
+  if (first == "-h" || first == "--help") {
+    out << MainHelp();
+    return 0;
+  }
+  if (first == "--version") {
+    out << "vgpu " VGPU_VERSION "\n";
+    return 0;
+  }
+  if (first.starts_with("-")) {
+    err << "vgpu: unknown option " << first << " (see 'vgpu --help')\n";
+    return 2;
+  }
+  const Command* command = FindCommand(first);
+  if (command == nullptr) {
+    err << "vgpu: unknown command \"" << first << "\" (see 'vgpu --help')\n";
+    return 2;
+  }
+  const ParseResult parsed = ParseArgs(args.subspan(1), command->options(), command->operand_mode);
+  if (!parsed.ok()) {
+    err << "vgpu " << command->name << ": " << parsed.error << " (see 'vgpu " << command->name
+        << " --help')\n";
+    return 2;
+  }
+  if (parsed.args.Has("help")) {
+    out << CommandHelp(*command);
+    return 0;
+  }
+  return command->handler(parsed.args, out, err);
+}
+
+}  // namespace vgpu::cli
