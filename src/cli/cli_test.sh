@@ -102,6 +102,25 @@ bad_value)
   expect_in "$WORK/err" "$WORK/missing.so" "--library missing names the path"
   ;;
 
+ps)
+  "$VGPU" ps --help > "$WORK/out" 2> "$WORK/err"; expect_status 0 $? "vgpu ps --help"
+  for text in "--json" "/tmp/vgpu-<uid>/ledger" "\$XDG_RUNTIME_DIR/vgpu/run-*/ledger" "\$VGPU_LEDGER_DIRS" \
+              "Exit status"; do
+    expect_in "$WORK/out" "$text" "vgpu ps --help"
+  done
+  "$VGPU" --help > "$WORK/out" 2> "$WORK/err"
+  expect_in "$WORK/out" "ps " "vgpu --help lists ps"
+  # A file that is not a ledger is listed with its error, and the status says so.
+  printf 'not a ledger' > "$WORK/bad"
+  "$VGPU" ps "$WORK/bad" > "$WORK/out" 2> "$WORK/err"; expect_status 1 $? "vgpu ps on a bad file"
+  expect_in "$WORK/out" "$WORK/bad" "bad ledger listed"
+  expect_in "$WORK/out" "not a vgpu ledger (bad magic)" "bad ledger's error"
+  mkdir "$WORK/empty"
+  "$VGPU" ps --json "$WORK/empty" > "$WORK/out" 2> "$WORK/err"; expect_status 0 $? "vgpu ps on an empty directory"
+  expect_in "$WORK/out" '{"ledgers": []}' "empty JSON"
+  "$VGPU" ps --frobnicate > "$WORK/out" 2> "$WORK/err"; expect_status 2 $? "vgpu ps with a bad option"
+  ;;
+
 no_driver)
   if ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1 ' ||
      ! LD_LIBRARY_PATH= "$VGPU" info 2>/dev/null | grep -q "no NVIDIA driver found"; then
@@ -226,6 +245,35 @@ run_dir)
   expect_status 0 $? "job with --ledger"
   [ "$(cat "$WORK/out")" = "$WORK/shared.ledger" ] || fail "--ledger gave $(cat "$WORK/out")"
   [ -z "$(ls -A "$WORK/xdg/vgpu")" ] || fail "--ledger created a run directory"
+  ;;
+
+run_ledger)
+  need_driver
+  # vgpu run is the ledger's authority: the limits are in the file (0644) before the job starts.
+  vrun --memory 1GiB,1=2GiB --compute 30 --priority 2 -- \
+    sh -c '"$0" ps --json "$CUDA_DEVICE_MEMORY_SHARED_CACHE" && stat -c "mode %a" "$CUDA_DEVICE_MEMORY_SHARED_CACHE"' \
+    "$VGPU" > "$WORK/out" 2> "$WORK/err"
+  expect_status 0 $? "job reading its own ledger"
+  for text in '"ok": true, "authority": "vgpu run", "task_priority": 2' '"default_memory_limit": 1073741824' \
+              '"default_sm_limit": 30' '"ordinal": 1, "uuid": "", "memory_limit": 2147483648' "mode 644"; do
+    expect_in "$WORK/out" "$text" "the job's ledger"
+  done
+  # Without arguments, vgpu ps finds the job's run directory under XDG_RUNTIME_DIR.
+  vrun --memory 512MiB -- sh -c '"$0" ps' "$VGPU" > "$WORK/out" 2> "$WORK/err"
+  expect_in "$WORK/out" "$WORK/xdg/vgpu/run-" "vgpu ps finds the job"
+  expect_in "$WORK/out" "default per GPU: memory 512 MiB" "vgpu ps shows the job's limits"
+  # --ledger: the given file gets the limits too, and stays after the job.
+  vrun --memory 3GiB --ledger "$WORK/shared.ledger" -- true > "$WORK/out" 2> "$WORK/err"
+  expect_status 0 $? "job with --ledger"
+  "$VGPU" ps --json "$WORK/shared.ledger" > "$WORK/out" 2> "$WORK/err"
+  expect_in "$WORK/out" '"default_memory_limit": 3221225472' "--ledger file holds the limits"
+  # A --ledger path that is not a ledger is refused, untouched, and nothing runs.
+  printf 'precious' > "$WORK/precious"
+  vrun --memory 1GiB --ledger "$WORK/precious" -- sh -c "touch '$WORK/ran'" > "$WORK/out" 2> "$WORK/err"
+  expect_status 1 $? "--ledger on a non-ledger file"
+  expect_in "$WORK/err" "not a vgpu ledger" "--ledger refusal"
+  [ "$(cat "$WORK/precious")" = precious ] || fail "--ledger overwrote a file that is not a ledger"
+  [ ! -e "$WORK/ran" ] || fail "the job ran without its ledger"
   ;;
 
 *)

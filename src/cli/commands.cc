@@ -3,6 +3,7 @@
 #include <array>
 
 #include "cli/info.h"
+#include "cli/ps.h"
 #include "cli/run.h"
 
 namespace vgpu::cli {
@@ -57,6 +58,44 @@ constexpr std::string_view kInfoEpilog =
     "  0; 1 if the limit variables in the environment are invalid (each error is listed);\n"
     "  a machine without a driver is reported, not an error.";
 
+constexpr std::string_view kPsDescription =
+    "Lists the ledgers of vgpu jobs and containers and who uses what in them: per GPU the\n"
+    "memory used (allocations plus context overhead of every live process) against the\n"
+    "limit, the peak, the refused allocations and the compute limit; per process its pid\n"
+    "(as seen in the job and on the host) and what it holds on each GPU (\"1 GiB + 300 MiB\"\n"
+    "= allocations + context/module overhead). A process that exited without cleaning up is\n"
+    "shown until the job's next allocation reclaims it.\n"
+    "\n"
+    "Without PATH arguments, ledgers are looked for in:\n"
+    "  /tmp/vgpu-<uid>/ledger                the library's default ledger\n"
+    "  /tmp/vgpu-<uid>/run-*/ledger          `vgpu run` jobs (without XDG_RUNTIME_DIR)\n"
+    "  $XDG_RUNTIME_DIR/vgpu/run-*/ledger    `vgpu run` jobs\n"
+    "  $VGPU_LEDGER_DIRS                     ':'-separated directories: DIR/ledger, DIR/*/ledger\n"
+    "With PATH arguments, only those are listed: ledger files, or directories searched like\n"
+    "$VGPU_LEDGER_DIRS entries.\n"
+    "Ledgers are read without locking or writing anything. One that cannot be read (missing,\n"
+    "corrupt, another layout version, no permission) is listed with its error.\n"
+    "\n"
+    "Examples:\n"
+    "  vgpu ps\n"
+    "  vgpu ps --json /run/vgpu/pod-1234/ledger\n"
+    "  VGPU_LEDGER_DIRS=/var/lib/vgpu/containers vgpu ps";
+
+constexpr std::string_view kPsEpilog =
+    "JSON (--json):\n"
+    "  {\"ledgers\": [{\"path\", \"ok\": true, \"authority\", \"task_priority\", \"created_unix_ns\",\n"
+    "    \"lock_recoveries\", \"reclaimed_processes\", \"default_memory_limit\",\n"
+    "    \"default_sm_limit\", \"default_sm_soft_limit\" (for GPUs not listed in \"devices\"),\n"
+    "    \"devices\": [{\"index\", \"ordinal\", \"uuid\", \"memory_limit\", \"used\", \"peak\",\n"
+    "                 \"oom_refusals\", \"sm_limit\", \"sm_soft_limit\"}],\n"
+    "    \"processes\": [{\"pid\", \"host_pid\", \"start_time\", \"alive\",\n"
+    "                   \"devices\": [{\"index\", \"charged\", \"overhead\"}]}]},\n"
+    "   {\"path\", \"ok\": false, \"error\"}]}\n"
+    "  Sizes are bytes; limits of 0 mean unlimited; percentages are whole numbers.\n"
+    "\n"
+    "Exit status:\n"
+    "  0; 1 if any listed ledger could not be read; 2 for an invalid option.";
+
 constexpr std::array kCommands = {
     Command{"run", "Run a command under GPU memory and compute limits",
             "vgpu run [options] [--] command [args...]", kRunDescription, RunOptions,
@@ -64,7 +103,10 @@ constexpr std::array kCommands = {
     Command{"info", "Show the library, driver, GPUs and the configuration in the environment",
             "vgpu info [options]", kInfoDescription, InfoOptions, OperandMode::kInterleaved,
             kInfoEpilog, InfoMain},
-    // `ps` and `top` (who uses what, from the ledgers) slot in here.
+    Command{"ps", "Show the GPU memory each vgpu job and process uses, from the ledgers",
+            "vgpu ps [--json] [PATH...]", kPsDescription, PsOptions, OperandMode::kInterleaved, kPsEpilog,
+            PsMain},
+    // `top` (live view over the ledgers) slots in here.
     Command{"help", "Show help for vgpu or for a command", "vgpu help [command]",
             "Shows the list of commands, or a command's options.", HelpOptions,
             OperandMode::kInterleaved, "", HelpMain},

@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <system_error>
 
+#include "ledger/ledger.h"
+
 namespace vgpu::cli {
 namespace {
 
@@ -36,6 +38,13 @@ std::string EnsurePrivateDirectory(const std::string& dir) {
   return "";
 }
 
+// vgpu run is the ledger's authority: the limits are in the file before the job starts, so
+// its processes find them there (and report any environment that disagrees).
+std::string WriteRunLimits(const RunSpec& spec, const std::string& path) {
+  const ledger::LedgerStatus status = ledger::Ledger::WriteLimits(path, RunLimits(spec));
+  return status.ok ? "" : status.message;
+}
+
 }  // namespace
 
 std::string ChooseRunRoot(const char* xdg_runtime_dir, uid_t uid) {
@@ -55,7 +64,11 @@ RunLedger PrepareRunLedgerIn(const RunSpec& spec, const std::string& root, pid_t
     // The library requires an absolute path; the job may change directory.
     std::error_code ec;
     ledger.ledger_path = std::filesystem::absolute(spec.ledger_path, ec).lexically_normal().string();
-    if (ec) ledger.error = "cannot make --ledger " + spec.ledger_path + " absolute: " + ec.message();
+    if (ec) {
+      ledger.error = "cannot make --ledger " + spec.ledger_path + " absolute: " + ec.message();
+    } else {
+      ledger.error = WriteRunLimits(spec, ledger.ledger_path);
+    }
     return ledger;
   }
   ledger.error = EnsurePrivateDirectory(root);
@@ -72,7 +85,11 @@ RunLedger PrepareRunLedgerIn(const RunSpec& spec, const std::string& root, pid_t
       }
       ledger.run_dir = dir;
       ledger.ledger_path = dir + "/ledger";
-      // Seam: create the ledger and write spec's limits into it here, as the authority.
+      ledger.error = WriteRunLimits(spec, ledger.ledger_path);
+      if (!ledger.ok()) {
+        RemoveRunDirectory(dir);
+        ledger.run_dir.clear();
+      }
       return ledger;
     }
     if (errno != EEXIST) {

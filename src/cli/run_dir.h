@@ -6,9 +6,10 @@
 // not a directory, owned by someone else or writable by group/others is refused rather than
 // used (/tmp is shared: another user could have created /tmp/vgpu-<uid> first).
 //
-// Seam: PrepareRunLedger is where `vgpu run` becomes the ledger's authority. Today it only
-// creates the directory and names the file; the library creates the file on first use. Later it
-// will also create the ledger and write the RunSpec's limits into it before the job starts.
+// PrepareRunLedger is where `vgpu run` becomes the ledger's authority: it creates the ledger
+// (mode 0644) and writes the RunSpec's limits into it (RunLimits, Authority::kVgpuRun) before the
+// job starts. An existing --ledger file keeps its processes' charges and gets the new limits; a
+// file there that is not a valid ledger (or a symlink) is refused, never overwritten.
 #pragma once
 
 #include <sys/types.h>
@@ -31,8 +32,9 @@ struct RunLedger {
 // Reads the file system only to test that XDG_RUNTIME_DIR is a writable directory.
 std::string ChooseRunRoot(const char* xdg_runtime_dir, uid_t uid);
 
-// With spec.ledger_path set: returns it, made absolute, and creates nothing (run_dir empty).
-// Otherwise creates <root> (if missing) and a fresh run directory in it, for `pid` at `now`.
+// With spec.ledger_path set: returns it, made absolute, with the limits written into it (its
+// directory must exist; run_dir empty). Otherwise creates <root> (if missing) and a fresh run
+// directory in it, for `pid` at `now`, holding the ledger. On error nothing is left behind.
 RunLedger PrepareRunLedgerIn(const RunSpec& spec, const std::string& root, pid_t pid, std::time_t now);
 
 // PrepareRunLedgerIn with the root from the environment, getpid() and time().

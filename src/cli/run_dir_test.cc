@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "ledger/ledger.h"
+
 namespace vgpu::cli {
 namespace {
 
@@ -56,7 +58,68 @@ TEST_F(RunDirTest, CreatesPrivateRootAndRunDirectoryEvenWithAPermissiveUmask) {
   EXPECT_EQ(ledger.ledger_path, ledger.run_dir + "/ledger");
   EXPECT_EQ(Mode(tmp_ + "/vgpu"), 0700);
   EXPECT_EQ(Mode(ledger.run_dir), 0700);
-  EXPECT_FALSE(fs::exists(ledger.ledger_path));  // the library creates the file
+  EXPECT_EQ(Mode(ledger.ledger_path), 0644);  // vgpu run, the authority, created it
+}
+
+RunSpec LimitedSpec() {
+  RunSpec spec;
+  spec.memory.all = 1ull << 30;
+  spec.memory.device[1] = 2ull << 30;
+  spec.compute.all = 30;
+  spec.priority = 0;
+  return spec;
+}
+
+TEST_F(RunDirTest, TheLedgerHoldsTheSpecLimitsBeforeTheJobStarts) {
+  const RunLedger ledger = PrepareRunLedgerIn(LimitedSpec(), tmp_ + "/vgpu", 5, 6);
+  ASSERT_TRUE(ledger.ok()) << ledger.error;
+  vgpu::ledger::LedgerStatus status;
+  const auto opened = vgpu::ledger::Ledger::OpenReadOnly(ledger.ledger_path, &status);
+  ASSERT_NE(opened, nullptr) << status.message;
+  const vgpu::ledger::LimitSet limits = opened->Limits();
+  EXPECT_EQ(limits.authority, vgpu::ledger::Authority::kVgpuRun);
+  EXPECT_EQ(limits.default_memory_limit, 1ull << 30);
+  EXPECT_EQ(limits.default_sm_limit, 30);
+  EXPECT_EQ(limits.task_priority, 0);
+  ASSERT_EQ(limits.devices.size(), 1u);
+  EXPECT_EQ(limits.devices[0].ordinal, 1);
+  EXPECT_EQ(limits.devices[0].memory_limit, 2ull << 30);
+  EXPECT_EQ(limits.devices[0].sm_limit, 30);
+}
+
+TEST_F(RunDirTest, AnExistingLedgerGetsTheNewLimitsAndKeepsItsCharges) {
+  const std::string path = tmp_ + "/shared.ledger";
+  vgpu::ledger::LedgerStatus status;
+  auto library = vgpu::ledger::Ledger::Open(path, {}, &status, nullptr);  // a library-made ledger
+  ASSERT_NE(library, nullptr) << status.message;
+  const int slot = library->RegisterProcess(getpid(), getpid(), vgpu::ledger::ProcessStartTime(getpid()));
+  std::string error;
+  const int device = library->BindDevice(0, "GPU-run-dir-test", &error);
+  ASSERT_TRUE(library->TryReserve(slot, device, 4096)) << error;
+  RunSpec spec = LimitedSpec();
+  spec.ledger_path = path;
+  const RunLedger ledger = PrepareRunLedgerIn(spec, tmp_ + "/vgpu", 1, 1);
+  ASSERT_TRUE(ledger.ok()) << ledger.error;
+  EXPECT_EQ(library->MemoryLimit(device), 1ull << 30);
+  EXPECT_EQ(library->Limits().authority, vgpu::ledger::Authority::kVgpuRun);
+  EXPECT_EQ(library->DeviceUsed(device), 4096u);
+}
+
+TEST_F(RunDirTest, AnExplicitPathThatIsNotALedgerIsRefusedAndUntouched) {
+  const std::string path = tmp_ + "/precious";
+  std::ofstream(path) << "do not overwrite";
+  RunSpec spec = LimitedSpec();
+  spec.ledger_path = path;
+  RunLedger ledger = PrepareRunLedgerIn(spec, tmp_ + "/vgpu", 1, 1);
+  EXPECT_NE(ledger.error.find("precious"), std::string::npos) << ledger.error;
+  std::ifstream in(path);
+  std::string content((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(content, "do not overwrite");
+
+  spec.ledger_path = tmp_ + "/no/such/dir/ledger";
+  ledger = PrepareRunLedgerIn(spec, tmp_ + "/vgpu", 1, 1);
+  EXPECT_FALSE(ledger.ok());
+  EXPECT_NE(ledger.error.find("no/such/dir/ledger"), std::string::npos) << ledger.error;
 }
 
 TEST_F(RunDirTest, NameClashTakesTheNextName) {
@@ -95,18 +158,25 @@ TEST_F(RunDirTest, AcceptsAnExistingPrivateRoot) {
   EXPECT_TRUE(fs::is_directory(ledger.run_dir));
 }
 
-TEST_F(RunDirTest, ExplicitLedgerCreatesNothingAndIsMadeAbsolute) {
+TEST_F(RunDirTest, ExplicitLedgerCreatesNoRunDirectoryAndIsMadeAbsolute) {
   RunSpec spec;
-  spec.ledger_path = "/shared/ledger";
+  spec.ledger_path = tmp_ + "/shared.ledger";
   RunLedger ledger = PrepareRunLedgerIn(spec, tmp_ + "/vgpu", 1, 1);
   ASSERT_TRUE(ledger.ok()) << ledger.error;
-  EXPECT_EQ(ledger.ledger_path, "/shared/ledger");
+  EXPECT_EQ(ledger.ledger_path, tmp_ + "/shared.ledger");
   EXPECT_TRUE(ledger.run_dir.empty());
   EXPECT_FALSE(fs::exists(tmp_ + "/vgpu"));
+  EXPECT_EQ(Mode(ledger.ledger_path), 0644);
 
-  spec.ledger_path = "sub/../ledger";
+  const fs::path cwd = fs::current_path();
+  fs::create_directory(tmp_ + "/sub");
+  fs::current_path(tmp_ + "/sub");
+  spec.ledger_path = "x/../relative.ledger";
   ledger = PrepareRunLedgerIn(spec, tmp_ + "/vgpu", 1, 1);
-  EXPECT_EQ(ledger.ledger_path, (fs::current_path() / "ledger").string());
+  fs::current_path(cwd);
+  EXPECT_TRUE(ledger.ok()) << ledger.error;
+  EXPECT_EQ(ledger.ledger_path, tmp_ + "/sub/relative.ledger");
+  EXPECT_TRUE(fs::exists(tmp_ + "/sub/relative.ledger"));
 }
 
 TEST_F(RunDirTest, RemoveRunDirectoryRemovesContentsButNotSymlinkTargets) {

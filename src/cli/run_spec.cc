@@ -320,6 +320,25 @@ std::string PrependPreload(std::string_view existing, std::string_view library) 
   return result;
 }
 
+ledger::LimitSet RunLimits(const RunSpec& spec) {
+  const auto sm = [](std::optional<int> percent) { return percent && *percent < 100 ? *percent : 0; };
+  ledger::LimitSet limits;
+  limits.authority = ledger::Authority::kVgpuRun;
+  limits.task_priority = spec.priority.value_or(1);  // the library's default when none is set
+  limits.default_memory_limit = spec.memory.all.value_or(0);
+  limits.default_sm_limit = sm(spec.compute.all);
+  limits.default_sm_soft_limit = spec.soft_compute.all.value_or(0);
+  std::set<int> ordinals;
+  for (const auto& [index, value] : spec.memory.device) ordinals.insert(index);
+  for (const auto& [index, value] : spec.compute.device) ordinals.insert(index);
+  for (const auto& [index, value] : spec.soft_compute.device) ordinals.insert(index);
+  for (const int ordinal : ordinals) {
+    limits.devices.push_back({ordinal, "", ValueFor(spec.memory, ordinal).value_or(0), sm(ValueFor(spec.compute, ordinal)),
+                              ValueFor(spec.soft_compute, ordinal).value_or(0)});
+  }
+  return limits;
+}
+
 RunEnvironment BuildRunEnvironment(const RunSpec& spec, const EnvMap& inherited,
                                    std::string_view library_path, std::string_view ledger_path) {
   RunEnvironment out;

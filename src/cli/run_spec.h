@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cli/args.h"
+#include "ledger/ledger.h"
 
 namespace vgpu::cli {
 
@@ -55,6 +56,15 @@ struct RunSpecResult {
 // Repeated options merge; a later value for the same device wins.
 // REQUIRES: `args` was parsed with RunOptions().
 RunSpecResult BuildRunSpec(const ParsedArgs& args);
+
+// The limits `vgpu run` writes into the job's ledger as its authority: defaults from the
+// all-device values, one DeviceLimit per ordinal named in a per-device value, holding that
+// ordinal's effective limits (compute 100 = unlimited = 0). They equal, in effect, what the
+// library derives from the job's environment (ledger::LimitSetFromConfig of
+// BuildRunEnvironment), so a job's processes report no disagreement. UUIDs from --devices are
+// not recorded: CUDA accepts UUID prefixes there, and the library binds the full UUID itself.
+// REQUIRES: spec is valid (BuildRunSpec).
+ledger::LimitSet RunLimits(const RunSpec& spec);
 
 using EnvMap = std::map<std::string, std::string>;
 

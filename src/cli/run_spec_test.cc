@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "common/config.h"
+#include "ledger/limits_from_config.h"
 
 namespace vgpu::cli {
 namespace {
@@ -324,6 +325,54 @@ TEST(RunSpecTest, LibraryParserReadsTheBuiltEnvironmentBack) {
   EXPECT_TRUE(config.oversubscribe);
   EXPECT_EQ(config.shared_cache_path, "/run/r/ledger");
   EXPECT_EQ(config.log_level, LogLevel::kDebug);
+}
+
+// What vgpu run writes into the ledger must equal what the library derives from the job's
+// environment, or every job process would report a disagreement.
+TEST(RunSpecTest, RunLimitsMatchWhatTheLibraryDerivesFromTheEnvironment) {
+  const std::vector<std::vector<std::string>> cases = {
+      {},
+      {"--memory", "4GiB"},
+      {"--memory", "2GiB,1=8GiB", "--compute", "30", "--soft-compute", "1=80"},
+      {"--compute", "0=100,1=40", "--priority", "0"},
+      {"--devices", "0,1", "--memory", "0=1GiB", "--compute", "100"},
+      {"--memory", "3=1GiB", "--soft-compute", "50", "--compute", "20,3=50", "--priority", "7"},
+  };
+  for (const std::vector<std::string>& argv : cases) {
+    const RunSpec spec = BuildOk(argv);
+    const ledger::LimitSet written = RunLimits(spec);
+    EXPECT_EQ(written.authority, ledger::Authority::kVgpuRun);
+    EXPECT_EQ(ledger::ValidateLimitSet(written), "");
+    const RunEnvironment job = BuildRunEnvironment(spec, {}, "/opt/vgpu/libvgpu.so", "/run/ledger");
+    std::vector<std::string> entries;
+    for (const auto& [name, value] : job.env) entries.push_back(name + "=" + value);
+    std::vector<const char*> envp;
+    for (const std::string& entry : entries) envp.push_back(entry.c_str());
+    envp.push_back(nullptr);
+    const ConfigResult parsed = ParseEnviron(envp.data());
+    ASSERT_TRUE(parsed.ok());
+    const ledger::LimitSet derived = ledger::LimitSetFromConfig(parsed.config, ledger::Authority::kLibrary);
+    EXPECT_EQ(ledger::CompareLimits(written, derived), "") << ::testing::PrintToString(argv);
+  }
+}
+
+TEST(RunSpecTest, RunLimitsListEachConfiguredOrdinalWithItsEffectiveValues) {
+  const ledger::LimitSet limits =
+      RunLimits(BuildOk({"--memory", "2GiB,1=8GiB", "--compute", "30,2=100", "--soft-compute", "1=80", "--priority", "4"}));
+  EXPECT_EQ(limits.default_memory_limit, 2 * kGiB);
+  EXPECT_EQ(limits.default_sm_limit, 30);
+  EXPECT_EQ(limits.default_sm_soft_limit, 0);
+  EXPECT_EQ(limits.task_priority, 4);
+  ASSERT_EQ(limits.devices.size(), 2u);
+  EXPECT_EQ(limits.devices[0].ordinal, 1);
+  EXPECT_EQ(limits.devices[0].memory_limit, 8 * kGiB);
+  EXPECT_EQ(limits.devices[0].sm_limit, 30);
+  EXPECT_EQ(limits.devices[0].sm_soft_limit, 80);
+  EXPECT_TRUE(limits.devices[0].uuid.empty());
+  EXPECT_EQ(limits.devices[1].ordinal, 2);
+  EXPECT_EQ(limits.devices[1].memory_limit, 2 * kGiB);
+  EXPECT_EQ(limits.devices[1].sm_limit, 0);  // 100 = unlimited
+  EXPECT_EQ(RunLimits(BuildOk({})).task_priority, 1);  // the library's default
 }
 
 }  // namespace

@@ -1,0 +1,304 @@
+#include "cli/ps.h"
+
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <filesystem>
+#include <set>
+#include <sstream>
+
+#include "common/config.h"
+
+namespace vgpu::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using ledger::DeviceUsage;
+using ledger::ProcessUsage;
+using ledger::Snapshot;
+
+constexpr std::array kPsOptions = {
+    OptionSpec{"json", 0, "", "Print JSON instead of tables (for scripts and monitoring)."},
+    OptionSpec{"help", 'h', "", "Show this help."},
+};
+
+bool Exists(const std::string& path) {
+  struct stat st;
+  return lstat(path.c_str(), &st) == 0;
+}
+
+bool IsDirectory(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+// <dir>/<prefix>*/ledger for every entry of `dir` whose name starts with `prefix`.
+void AddChildLedgers(const std::string& dir, const std::string& prefix, std::vector<std::string>* found) {
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (!name.starts_with(prefix)) continue;
+    const std::string candidate = it->path().string() + "/ledger";
+    if (Exists(candidate)) found->push_back(candidate);
+  }
+}
+
+void AddSearchDirectory(const std::string& dir, std::vector<std::string>* found) {
+  if (Exists(dir + "/ledger")) found->push_back(dir + "/ledger");
+  AddChildLedgers(dir, "", found);
+}
+
+// The places searched when no PATH is given.
+void SearchDefaultPlaces(const LedgerSearch& search, std::vector<std::string>* found_out) {
+  std::vector<std::string>& found = *found_out;
+  if (!search.uid_root.empty()) {
+    if (Exists(search.uid_root + "/ledger")) found.push_back(search.uid_root + "/ledger");
+    AddChildLedgers(search.uid_root, "run-", &found);
+  }
+  if (!search.xdg_runtime_dir.empty()) AddChildLedgers(search.xdg_runtime_dir + "/vgpu", "run-", &found);
+  std::istringstream dirs(search.ledger_dirs);
+  for (std::string dir; std::getline(dirs, dir, ':');) {
+    if (!dir.empty()) AddSearchDirectory(dir, &found);
+  }
+}
+
+std::string Normal(const std::string& path) {
+  std::error_code ec;
+  const fs::path absolute = fs::absolute(path, ec);
+  return ec ? path : absolute.lexically_normal().string();
+}
+
+std::string Cell(uint64_t charged, uint64_t overhead) {
+  if (overhead == 0) return FormatSize(charged);
+  return FormatSize(charged) + " + " + FormatSize(overhead);
+}
+
+std::string Memory(uint64_t bytes) { return bytes == 0 ? "unlimited" : FormatSize(bytes); }
+
+std::string Compute(int sm_limit, int sm_soft_limit) {
+  std::string text = sm_limit == 0 ? "unlimited" : std::to_string(sm_limit) + "%";
+  if (sm_soft_limit != 0) text += " (soft " + std::to_string(sm_soft_limit) + "%)";
+  return text;
+}
+
+std::string UtcTime(uint64_t unix_ns) {
+  const time_t seconds = static_cast<time_t>(unix_ns / 1'000'000'000);
+  struct tm tm;
+  char buf[32];
+  if (gmtime_r(&seconds, &tm) == nullptr || strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm) == 0) return "?";
+  return buf;
+}
+
+// Left-aligned columns separated by two spaces, each line indented by two.
+std::string Table(const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> widths;
+  for (const auto& row : rows) {
+    if (widths.size() < row.size()) widths.resize(row.size(), 0);
+    for (size_t i = 0; i < row.size(); ++i) widths[i] = std::max(widths[i], row[i].size());
+  }
+  std::string text;
+  for (const auto& row : rows) {
+    std::string line = " ";
+    for (size_t i = 0; i < row.size(); ++i) {
+      line += " " + row[i];
+      if (i + 1 < row.size()) line += std::string(widths[i] - row[i].size() + 1, ' ');
+    }
+    text += line + "\n";
+  }
+  return text;
+}
+
+std::string DeviceTable(const Snapshot& snapshot) {
+  if (snapshot.devices.empty()) return "  no devices yet (a process binds them when it first uses a GPU)\n";
+  std::vector<std::vector<std::string>> rows = {{"DEVICE", "ORDINAL", "UUID", "USED / LIMIT", "PEAK", "REFUSALS", "COMPUTE"}};
+  for (const DeviceUsage& device : snapshot.devices) {
+    rows.push_back({std::to_string(device.index), device.ordinal < 0 ? "-" : std::to_string(device.ordinal),
+                    device.uuid.empty() ? "-" : device.uuid,
+                    FormatSize(device.used) + " / " + Memory(device.memory_limit), FormatSize(device.peak),
+                    std::to_string(device.oom_refusals), Compute(device.sm_limit, device.sm_soft_limit)});
+  }
+  return Table(rows);
+}
+
+std::string ProcessTable(const Snapshot& snapshot) {
+  if (snapshot.processes.empty()) return "  no processes\n";
+  std::vector<std::string> header = {"PID", "HOST PID", "STATE"};
+  for (const DeviceUsage& device : snapshot.devices) header.push_back("DEVICE " + std::to_string(device.index));
+  std::vector<std::vector<std::string>> rows = {header};
+  for (const ProcessUsage& process : snapshot.processes) {
+    std::vector<std::string> row = {std::to_string(process.pid), std::to_string(process.host_pid),
+                                    process.alive ? "running" : "exited (not yet reclaimed)"};
+    for (const DeviceUsage& device : snapshot.devices) {
+      row.push_back(Cell(process.charged[device.index], process.overhead[device.index]));
+    }
+    rows.push_back(row);
+  }
+  return Table(rows);
+}
+
+std::string JsonString(const std::string& text) {
+  std::string out = "\"";
+  for (const char c : text) {
+    const unsigned char u = static_cast<unsigned char>(c);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (u < 0x20) {
+      char buf[8];
+      snprintf(buf, sizeof(buf), "\\u%04x", u);
+      out += buf;
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+void JsonDevices(const Snapshot& snapshot, std::ostringstream& json) {
+  json << "\"devices\": [";
+  for (size_t i = 0; i < snapshot.devices.size(); ++i) {
+    const DeviceUsage& d = snapshot.devices[i];
+    json << (i ? ", " : "") << "{\"index\": " << d.index << ", \"ordinal\": " << d.ordinal
+         << ", \"uuid\": " << JsonString(d.uuid) << ", \"memory_limit\": " << d.memory_limit
+         << ", \"used\": " << d.used << ", \"peak\": " << d.peak << ", \"oom_refusals\": " << d.oom_refusals
+         << ", \"sm_limit\": " << d.sm_limit << ", \"sm_soft_limit\": " << d.sm_soft_limit << "}";
+  }
+  json << "]";
+}
+
+void JsonProcesses(const Snapshot& snapshot, std::ostringstream& json) {
+  json << "\"processes\": [";
+  for (size_t i = 0; i < snapshot.processes.size(); ++i) {
+    const ProcessUsage& p = snapshot.processes[i];
+    json << (i ? ", " : "") << "{\"pid\": " << p.pid << ", \"host_pid\": " << p.host_pid
+         << ", \"start_time\": " << p.start_time << ", \"alive\": " << (p.alive ? "true" : "false") << ", \"devices\": [";
+    for (size_t j = 0; j < snapshot.devices.size(); ++j) {
+      const int index = snapshot.devices[j].index;
+      json << (j ? ", " : "") << "{\"index\": " << index << ", \"charged\": " << p.charged[index]
+           << ", \"overhead\": " << p.overhead[index] << "}";
+    }
+    json << "]}";
+  }
+  json << "]";
+}
+
+}  // namespace
+
+std::span<const OptionSpec> PsOptions() { return kPsOptions; }
+
+LedgerSearch LedgerSearchFromProcess(std::vector<std::string> operands) {
+  LedgerSearch search;
+  search.uid_root = "/tmp/vgpu-" + std::to_string(geteuid());
+  const char* xdg = getenv("XDG_RUNTIME_DIR");
+  if (xdg != nullptr && xdg[0] == '/') search.xdg_runtime_dir = xdg;
+  const char* dirs = getenv("VGPU_LEDGER_DIRS");
+  if (dirs != nullptr) search.ledger_dirs = dirs;
+  search.operands = std::move(operands);
+  return search;
+}
+
+std::vector<std::string> FindLedgerPaths(const LedgerSearch& search) {
+  std::vector<std::string> found;
+  if (search.operands.empty()) SearchDefaultPlaces(search, &found);
+  std::vector<std::string> explicit_paths;
+  for (const std::string& operand : search.operands) {
+    if (IsDirectory(operand)) {
+      AddSearchDirectory(operand, &found);
+    } else {
+      explicit_paths.push_back(operand);
+    }
+  }
+  std::sort(found.begin(), found.end());
+  found.insert(found.end(), explicit_paths.begin(), explicit_paths.end());
+  std::vector<std::string> unique;
+  std::set<std::string> seen;
+  for (const std::string& path : found) {
+    if (seen.insert(Normal(path)).second) unique.push_back(path);
+  }
+  return unique;
+}
+
+std::vector<PsEntry> ReadLedgers(const std::vector<std::string>& paths) {
+  std::vector<PsEntry> entries;
+  for (const std::string& path : paths) {
+    PsEntry entry;
+    entry.path = path;
+    ledger::LedgerStatus status;
+    const std::unique_ptr<ledger::Ledger> opened = ledger::Ledger::OpenReadOnly(path, &status);
+    if (opened == nullptr) {
+      entry.error = status.message;
+    } else {
+      entry.snapshot = opened->Read();
+      if (!opened->Health().ok) entry.error = opened->Health().message;
+    }
+    entries.push_back(std::move(entry));
+  }
+  return entries;
+}
+
+std::string FormatPsTable(const std::vector<PsEntry>& entries) {
+  std::string text;
+  for (const PsEntry& entry : entries) {
+    if (!text.empty()) text += "\n";
+    text += entry.path + "\n";
+    if (!entry.ok()) {
+      text += "  error: " + entry.error + "\n";
+      continue;
+    }
+    const Snapshot& s = entry.snapshot;
+    text += "  limits by " + std::string(ledger::AuthorityName(s.authority)) + ", created " + UtcTime(s.created_unix_ns) +
+            "; priority " + std::to_string(s.task_priority);
+    if (s.lock_recoveries != 0) text += "; " + std::to_string(s.lock_recoveries) + " lock recoveries";
+    text += "\n  default per GPU: memory " + Memory(s.default_memory_limit) + ", compute " +
+            Compute(s.default_sm_limit, s.default_sm_soft_limit) + "\n" + DeviceTable(s) + ProcessTable(s);
+  }
+  return text;
+}
+
+std::string FormatPsJson(const std::vector<PsEntry>& entries) {
+  std::ostringstream json;
+  json << "{\"ledgers\": [";
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const PsEntry& entry = entries[i];
+    json << (i ? ",\n  " : "\n  ") << "{\"path\": " << JsonString(entry.path) << ", \"ok\": " << (entry.ok() ? "true" : "false");
+    if (!entry.ok()) {
+      json << ", \"error\": " << JsonString(entry.error) << "}";
+      continue;
+    }
+    const Snapshot& s = entry.snapshot;
+    json << ", \"authority\": " << JsonString(ledger::AuthorityName(s.authority)) << ", \"task_priority\": " << s.task_priority
+         << ", \"created_unix_ns\": " << s.created_unix_ns << ", \"lock_recoveries\": " << s.lock_recoveries
+         << ", \"reclaimed_processes\": " << s.reclaimed_processes << ", \"default_memory_limit\": " << s.default_memory_limit
+         << ", \"default_sm_limit\": " << s.default_sm_limit << ", \"default_sm_soft_limit\": " << s.default_sm_soft_limit
+         << ", ";
+    JsonDevices(s, json);
+    json << ", ";
+    JsonProcesses(s, json);
+    json << "}";
+  }
+  json << (entries.empty() ? "]}\n" : "\n]}\n");
+  return json.str();
+}
+
+int PsMain(const ParsedArgs& args, std::ostream& out, std::ostream& err) {
+  const LedgerSearch search = LedgerSearchFromProcess(args.operands);
+  const std::vector<PsEntry> entries = ReadLedgers(FindLedgerPaths(search));
+  if (args.Has("json")) {
+    out << FormatPsJson(entries);
+  } else if (entries.empty()) {
+    out << "no ledgers found (searched " << search.uid_root << "/ledger, " << search.uid_root << "/run-*/ledger"
+        << (search.xdg_runtime_dir.empty() ? "" : ", " + search.xdg_runtime_dir + "/vgpu/run-*/ledger")
+        << (search.ledger_dirs.empty() ? "" : " and $VGPU_LEDGER_DIRS") << ")\n";
+  } else {
+    out << FormatPsTable(entries);
+  }
+  const bool all_ok = std::all_of(entries.begin(), entries.end(), [](const PsEntry& e) { return e.ok(); });
+  if (!all_ok) err << "vgpu ps: some ledgers could not be read (listed with their error)\n";
+  return all_ok ? 0 : 1;
+}
+
+}  // namespace vgpu::cli

@@ -1,0 +1,242 @@
+// The ledger: one memory-mapped file per container (or per `vgpu run` group) that all of its
+// processes share. It holds the authoritative limits per GPU and what every process has charged
+// against them. The file format is documented in docs/ledger.md and pinned by static_asserts in
+// ledger_format.h.
+//
+// Model
+//   - Devices are keyed by GPU UUID. A ledger created from a per-ordinal configuration binds an
+//     ordinal to a UUID the first time a process reports it (BindDevice); all processes of one
+//     container see the same CUDA_VISIBLE_DEVICES, so the binding is the same for all of them.
+//     A process whose ordinal maps to another UUID gets an error (reported, never ignored).
+//     A UUID that is already bound always resolves to its record, whatever ordinal the caller
+//     uses for it (one physical GPU = one budget), so a worker started with a narrower
+//     CUDA_VISIBLE_DEVICES still charges the right device.
+//   - Process slots are identified by pid + process start time (from /proc/<pid>/stat), so a
+//     reused pid never inherits a dead process's charges.
+//   - Admission is reserve-then-allocate: TryReserve() atomically checks and charges under the
+//     ledger lock; the caller releases if the real allocation fails.
+//   - The lock is a process-shared robust mutex in the file. A process killed while holding it
+//     leaves it "owner dead"; the next locker recomputes every device total from the live slots
+//     (the totals are redundant sums, so recovery is exact).
+//   - Dead processes' bytes are reclaimed automatically: every lock holder reclaims when at
+//     least kReclaimIntervalNs has passed since the last scan, and on every refused reservation.
+//     Dead = kill(pid, 0) fails with ESRCH, or /proc/<pid>/stat shows another start time or a
+//     zombie. Slots written during an earlier boot (the file's boot id differs) are all dead.
+//   - Lock waits are bounded (kLockTimeoutNs). A lock that cannot be taken (timeout, or
+//     ENOTRECOVERABLE) makes TryReserve refuse (never "unlimited") and is reported by Health().
+//   - Limits are written by the authority (vgpu run, the node daemon). When no authority created
+//     the file, the first library process writes the limits from its environment; a later
+//     process whose environment disagrees with the ledger is reported (the ledger's limits win).
+//
+// Thread safety: a Ledger object may be used from any number of threads; all mutation happens
+// under the shared robust mutex. Read() takes the lock briefly (a read-only ledger reads the file
+// with pread instead and never locks). MemoryLimit, SmLimit, SmSoftLimit, TaskPriority,
+// DeviceUsed, SlotCharged and SlotOverhead are lock-free loads (no syscall, no lock).
+// Errors are values (LedgerStatus); nothing here throws or exits.
+//
+// Hot path cost: TryReserve / Release / SetOverhead take the lock once (an uncontended lock is
+// one atomic instruction), read CLOCK_MONOTONIC_COARSE (vDSO, no syscall) and do O(1) work;
+// only the periodic dead-process scan makes syscalls.
+//
+// Files (for users of the API; the format itself is in docs/ledger.md):
+//   - A path that is a symlink, not a regular file, or (for writers) writable by group/others
+//     is refused. The authority creates ledgers 0644; the library creates them 0600 and, when
+//     their directory is missing, creates it 0700.
+//   - Creation is race-free: the file is built under a temporary name and link(2)ed into place
+//     only once complete, so a half-initialised ledger is never visible under its name.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace vgpu::ledger {
+
+inline constexpr int kLedgerMaxDevices = 16;
+inline constexpr int kLedgerMaxProcesses = 1024;
+inline constexpr int64_t kReclaimIntervalNs = 200'000'000;  // 200 ms
+inline constexpr int64_t kLockTimeoutNs = 10'000'000'000;   // 10 s: longer = corrupt or stopped holder
+
+enum class Authority : uint32_t { kLibrary = 0, kVgpuRun = 1, kNodeDaemon = 2 };
+inline constexpr uint32_t kMaxAuthority = 2;
+// "library", "vgpu run", "node daemon" ("unknown" for anything else).
+const char* AuthorityName(Authority authority);
+
+struct LedgerStatus {
+  bool ok = true;
+  std::string message;  // names the file and what is wrong with it
+  static LedgerStatus Ok() { return {}; }
+  static LedgerStatus Error(std::string m) { return {false, std::move(m)}; }
+};
+
+// Limits for one device as the authority (or the environment) states them.
+// Valid: ordinal -1..kLedgerMaxDevices-1 (each at most once), uuid at most 63 printable ASCII
+// characters (each at most once), an ordinal or a uuid, memory_limit <= 2^63, percents 0..100.
+struct DeviceLimit {
+  int ordinal = -1;         // CUDA ordinal in the container's view, or -1 when keyed by uuid only
+  std::string uuid;         // "GPU-…"; may be empty until a process binds the ordinal
+  uint64_t memory_limit = 0;  // bytes, 0 = unlimited
+  int sm_limit = 0;           // percent, 0 = unlimited
+  int sm_soft_limit = 0;      // percent, 0 = none
+};
+
+struct LimitSet {
+  Authority authority = Authority::kLibrary;
+  // Applies to ordinals not listed in `devices` (0 = unlimited).
+  uint64_t default_memory_limit = 0;
+  int default_sm_limit = 0;
+  int default_sm_soft_limit = 0;
+  int task_priority = 1;             // 0..100 (kMaxTaskPriority), 0 = high
+  std::vector<DeviceLimit> devices;  // at most kLedgerMaxDevices
+};
+
+// "" when `limits` is valid (see DeviceLimit), else what is wrong with it.
+std::string ValidateLimitSet(const LimitSet& limits);
+
+// Where two limit sets differ in effect: per ordinal (a listed device's values, else the
+// defaults), per uuid-only device, and the task priority. The authority and the uuids of
+// ordinal-keyed devices are not compared. "" when they agree; else a '; '-separated list such
+// as "device 0 memory limit 1 GiB vs 2 GiB", `a` first.
+std::string CompareLimits(const LimitSet& a, const LimitSet& b);
+
+// Per-device totals, as seen in a snapshot.
+struct DeviceUsage {
+  int ordinal = -1;
+  std::string uuid;
+  uint64_t memory_limit = 0;
+  uint64_t used = 0;         // sum of live slots' charges (allocations + overhead)
+  uint64_t peak = 0;         // highest `used` ever admitted
+  uint64_t oom_refusals = 0;
+  int index = -1;            // ledger device index (as BindDevice returns it)
+  int sm_limit = 0;
+  int sm_soft_limit = 0;
+};
+
+struct ProcessUsage {
+  int32_t pid = 0;
+  int32_t host_pid = 0;      // pid as the host / NVML sees it (== pid outside containers)
+  uint64_t start_time = 0;   // clock ticks since boot, /proc/<pid>/stat field 22
+  bool alive = false;        // liveness checked when the snapshot was taken (see ReclaimDead)
+  uint64_t charged[kLedgerMaxDevices] = {};   // allocations
+  uint64_t overhead[kLedgerMaxDevices] = {};  // context/module memory from NVML reconciliation
+  int slot = -1;
+};
+
+struct Snapshot {
+  std::string path;
+  Authority authority = Authority::kLibrary;
+  std::vector<DeviceUsage> devices;        // every bound or configured device, by index
+  std::vector<ProcessUsage> processes;     // every registered (not yet reclaimed) process
+  int task_priority = 1;
+  uint64_t default_memory_limit = 0;  // limits of devices not (yet) in `devices`
+  int default_sm_limit = 0;
+  int default_sm_soft_limit = 0;
+  uint64_t created_unix_ns = 0;
+  uint64_t lock_recoveries = 0;      // times a locker found the lock's owner dead
+  uint64_t reclaimed_processes = 0;  // dead processes whose charges were reclaimed
+};
+
+class Ledger {
+ public:
+  // The authority creates the file (mode 0644, parent directory must exist) or rewrites the
+  // limits of an existing one. Charges of live processes are kept, and so are device indices
+  // and bindings: a listed device is matched to its record by uuid, else by ordinal; records
+  // not listed get the new defaults. Errors: invalid `limits`, a listed uuid/ordinal that
+  // contradicts an existing binding, more than kLedgerMaxDevices devices, or any file error.
+  static LedgerStatus WriteLimits(const std::string& path, const LimitSet& limits);
+
+  // A library process opens the ledger, creating it from `env_limits` when absent (then the
+  // authority is kLibrary). A corrupt, truncated or wrong-version file yields an error naming
+  // the path and the problem; never a crash, never "unlimited". If the file's limits disagree
+  // with `env_limits`, *disagreement receives a description (the file's limits are used).
+  static std::unique_ptr<Ledger> Open(const std::string& path, const LimitSet& env_limits,
+                                      LedgerStatus* status, std::string* disagreement);
+
+  // Opens an existing ledger read-only for `vgpu ps` (never creates, never writes, never locks:
+  // the file is read with pread, so a concurrent truncation cannot crash the reader). On a
+  // read-only ledger the mutating calls fail (RegisterProcess/BindDevice -1, TryReserve false).
+  static std::unique_ptr<Ledger> OpenReadOnly(const std::string& path, LedgerStatus* status);
+
+  ~Ledger();
+  Ledger(const Ledger&) = delete;
+  Ledger& operator=(const Ledger&) = delete;
+
+  // Registers the calling process (pid + start time; host_pid as known, else pid) and returns
+  // its slot, reusing a slot only after its process is dead. -1 when the table is full.
+  int RegisterProcess(int32_t pid, int32_t host_pid, uint64_t start_time);
+  // Marks the slot free and returns its charges to the totals (clean exit).
+  void UnregisterProcess(int slot);
+
+  // Ledger device index for the CUDA ordinal with this UUID, binding it on first use.
+  // -1 with *error set when the ordinal is already bound to another UUID or the table is full.
+  // A device not configured by the limits gets the default limits.
+  int BindDevice(int ordinal, const std::string& uuid, std::string* error);
+
+  // Limits of a bound device (0 = unlimited / none). REQUIRES: 0 <= device < DeviceCount()
+  // (out of range yields 0; TryReserve refuses such a device).
+  uint64_t MemoryLimit(int device) const;
+  int SmLimit(int device) const;
+  int SmSoftLimit(int device) const;
+  int TaskPriority() const;
+  int DeviceCount() const;
+  // The limits now in the file (authority, defaults, one DeviceLimit per device record).
+  LimitSet Limits() const;
+
+  // Reserve-then-allocate. Charges `bytes` to `slot` on `device` if the device total stays
+  // within its limit; otherwise reclaims dead processes, retries once, and if still refused
+  // returns false and counts a refusal. Also false (not counted) for an invalid or unregistered
+  // slot, an invalid device, or a lock failure. bytes == 0 always succeeds.
+  bool TryReserve(int slot, int device, uint64_t bytes);
+  // Returns `bytes` of the slot's charge (at most what it holds: an over-release is clamped and
+  // reported by Health()).
+  void Release(int slot, int device, uint64_t bytes);
+  // Sets the slot's reconciled overhead on `device` (may shrink or grow; growth is applied even
+  // past the limit, since the memory already exists — it is reported, and refuses new charges).
+  void SetOverhead(int slot, int device, uint64_t bytes);
+
+  // Total charged on the device by every live process (allocations + overhead), the slot's
+  // own allocations, and its overhead.
+  uint64_t DeviceUsed(int device) const;
+  uint64_t SlotCharged(int slot, int device) const;
+  uint64_t SlotOverhead(int slot, int device) const;
+
+  // Reclaims the charges of dead processes now; returns how many slots were reclaimed.
+  int ReclaimDead();
+
+  // A consistent copy of the ledger (under the lock; a read-only ledger re-reads the file).
+  // Does not reclaim. On failure (lock, or a read-only file that became invalid) the snapshot
+  // holds only `path`, and Health() says why.
+  Snapshot Read() const;
+
+  // Ok, or the first lasting problem seen since Open: the lock timed out or is not
+  // recoverable, an over-release, a failed read. Never cleared.
+  LedgerStatus Health() const;
+
+  const std::string& path() const;
+  bool read_only() const;
+
+  // Test hook: takes the lock, calls on_locked(arg) (may be null), sleeps hold_ns, unlocks.
+  // Used to SIGKILL a process while it holds the lock.
+  void HoldLockForTesting(int64_t hold_ns, void (*on_locked)(void*), void* arg);
+
+ private:
+  struct Impl;
+  explicit Ledger(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// pid's start time from /proc/<pid>/stat (field 22); 0 when the process does not exist.
+uint64_t ProcessStartTime(int32_t pid);
+
+// Whether the process is alive and is the one that had `start_time` (0 = do not compare).
+// kill(pid, 0): ESRCH = dead, EPERM = alive; then /proc/<pid>/stat: another start time, or a
+// zombie, = dead. When /proc cannot be read, kill's answer stands. pid <= 0 is never alive.
+bool IsProcessAlive(int32_t pid, uint64_t start_time);
+
+// The library's default ledger when CUDA_DEVICE_MEMORY_SHARED_CACHE is unset:
+// /tmp/vgpu-<euid>/ledger. Open creates the directory 0700 when missing and refuses it when it
+// is not a directory owned by the euid or is writable by group/others.
+std::string DefaultLedgerPath();
+
+}  // namespace vgpu::ledger

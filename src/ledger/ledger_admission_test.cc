@@ -1,0 +1,331 @@
+// Admission, release, peaks, refusals, overhead, devices, bindings, registration, reclaim and
+// lock recovery, one process (plus forked helpers) at a time.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <chrono>
+
+#include "ledger/ledger.h"
+#include "ledger/ledger_test_util.h"
+
+namespace vgpu::ledger {
+namespace {
+
+using testing::kGiB;
+using testing::kMiB;
+using testing::TempDir;
+
+class LedgerAdmissionTest : public ::testing::Test {
+ protected:
+  void Open(const LimitSet& limits) {
+    ledger_ = testing::MustOpen(dir_.File("ledger"), limits);
+    ASSERT_NE(ledger_, nullptr);
+    slot_ = testing::RegisterSelf(ledger_.get());
+    ASSERT_GE(slot_, 0);
+    std::string error;
+    device_ = ledger_->BindDevice(0, "GPU-0000", &error);
+    ASSERT_GE(device_, 0) << error;
+  }
+
+  const DeviceUsage& Usage(const Snapshot& snapshot, int device) { return snapshot.devices.at(device); }
+
+  TempDir dir_;
+  std::unique_ptr<Ledger> ledger_;
+  int slot_ = -1;
+  int device_ = -1;
+};
+
+TEST_F(LedgerAdmissionTest, ExactLimitReleaseRefusalsAndPeak) {
+  Open(testing::Uniform(kMiB));
+  EXPECT_EQ(ledger_->MemoryLimit(device_), kMiB);
+  EXPECT_TRUE(ledger_->TryReserve(slot_, device_, kMiB - 4096));
+  EXPECT_TRUE(ledger_->TryReserve(slot_, device_, 4096));  // exactly at the limit
+  EXPECT_EQ(ledger_->DeviceUsed(device_), kMiB);
+  EXPECT_FALSE(ledger_->TryReserve(slot_, device_, 1));    // one byte more
+  EXPECT_TRUE(ledger_->TryReserve(slot_, device_, 0));     // nothing is always fine
+  EXPECT_EQ(ledger_->DeviceUsed(device_), kMiB);
+  EXPECT_EQ(ledger_->SlotCharged(slot_, device_), kMiB);
+  Snapshot snapshot = ledger_->Read();
+  EXPECT_EQ(Usage(snapshot, device_).oom_refusals, 1u);
+  EXPECT_EQ(Usage(snapshot, device_).peak, kMiB);
+
+  ledger_->Release(slot_, device_, kMiB / 2);
+  EXPECT_EQ(ledger_->DeviceUsed(device_), kMiB / 2);
+  EXPECT_FALSE(ledger_->TryReserve(slot_, device_, kMiB / 2 + 1));
+  EXPECT_TRUE(ledger_->TryReserve(slot_, device_, kMiB / 2));
+  ledger_->Release(slot_, device_, kMiB);
+  EXPECT_EQ(ledger_->DeviceUsed(device_), 0u);
+  snapshot = ledger_->Read();
+  EXPECT_EQ(Usage(snapshot, device_).peak, kMiB);  // peak is history
+  EXPECT_EQ(Usage(snapshot, device_).oom_refusals, 2u);
+  EXPECT_TRUE(ledger_->Health().ok);
+}
+
+TEST_F(LedgerAdmissionTest, HugeRequestsNeitherOverflowNorPass) {
+  Open(testing::Uniform(kMiB));
+  EXPECT_FALSE(ledger_->TryReserve(slot_, device_, ~uint64_t{0}));
+  EXPECT_TRUE(ledger_->TryReserve(slot_, device_, 100));
+  EXPECT_FALSE(ledger_->TryReserve(slot_, device_, ~uint64_t{0} - 50));  // would wrap to below the limit
+  EXPECT_EQ(ledger_->DeviceUsed(device_), 100u);
+}
+
+TEST_F(LedgerAdmissionTest, UnlimitedDeviceIsStillBoundedBy2To63) {
+  Open(testing::Uniform(0));
+  EXPECT_EQ(ledger_->MemoryLimit(device_), 0u);
+  EXPECT_TRUE(ledger_->TryReserve(slot_, device_, 512 * kGiB));
+  EXPECT_TRUE(ledger_->TryReserve(slot_, device_, (uint64_t{1} << 63) - 512 * kGiB));
+  EXPECT_FALSE(ledger_->TryReserve(slot_, device_, 1));
+}
+
+TEST_F(LedgerAdmissionTest, OverheadCountsAgainstTheLimit) {
+  Open(testing::Uniform(10 * kMiB));
+  ledger_->SetOverhead(slot_, device_, 3 * kMiB);
+  EXPECT_EQ(ledger_->DeviceUsed(device_), 3 * kMiB);
+  EXPECT_EQ(ledger_->SlotOverhead(slot_, device_), 3 * kMiB);
+  EXPECT_EQ(ledger_->SlotCharged(slot_, device_), 0u);
+  EXPECT_FALSE(ledger_->TryReserve(slot_, device_, 7 * kMiB + 1));
+  EXPECT_TRUE(ledger_->TryReserve(slot_, device_, 7 * kMiB));
+  // Growth is recorded even past the limit (the memory exists), and then refuses everything.
+  ledger_->SetOverhead(slot_, device_, 5 * kMiB);
+  EXPECT_EQ(ledger_->DeviceUsed(device_), 12 * kMiB);
+  EXPECT_FALSE(ledger_->TryReserve(slot_, device_, 1));
+  EXPECT_EQ(ledger_->Read().devices[0].peak, 12 * kMiB);
+  ledger_->SetOverhead(slot_, device_, kMiB);  // shrinking frees room
+  EXPECT_EQ(ledger_->DeviceUsed(device_), 8 * kMiB);
+  EXPECT_TRUE(ledger_->TryReserve(slot_, device_, 2 * kMiB));
+  EXPECT_FALSE(ledger_->TryReserve(slot_, device_, 1));
+}
+
+TEST_F(LedgerAdmissionTest, DevicesAreIndependent) {
+  LimitSet limits = testing::Uniform(kMiB);
+  limits.devices.push_back({1, "", 4 * kMiB, 30, 60});
+  Open(limits);
+  std::string error;
+  const int other = ledger_->BindDevice(1, "GPU-1111", &error);
+  ASSERT_GE(other, 0) << error;
+  ASSERT_NE(other, device_);
+  EXPECT_EQ(ledger_->MemoryLimit(other), 4 * kMiB);
+  EXPECT_EQ(ledger_->SmLimit(other), 30);
+  EXPECT_EQ(ledger_->SmSoftLimit(other), 60);
+  EXPECT_EQ(ledger_->SmLimit(device_), 0);
+  EXPECT_TRUE(ledger_->TryReserve(slot_, device_, kMiB));
+  EXPECT_FALSE(ledger_->TryReserve(slot_, device_, 1));
+  EXPECT_TRUE(ledger_->TryReserve(slot_, other, 4 * kMiB));
+  EXPECT_FALSE(ledger_->TryReserve(slot_, other, 1));
+  ledger_->Release(slot_, device_, kMiB);
+  EXPECT_TRUE(ledger_->TryReserve(slot_, device_, kMiB));
+  EXPECT_EQ(ledger_->DeviceUsed(other), 4 * kMiB);
+  const Snapshot snapshot = ledger_->Read();
+  EXPECT_EQ(snapshot.devices.at(device_).oom_refusals, 1u);
+  EXPECT_EQ(snapshot.devices.at(other).oom_refusals, 1u);
+}
+
+TEST_F(LedgerAdmissionTest, InvalidSlotsAndDevicesAreRefusedWithoutCounting) {
+  Open(testing::Uniform(kMiB));
+  EXPECT_FALSE(ledger_->TryReserve(-1, device_, 1));
+  EXPECT_FALSE(ledger_->TryReserve(slot_ + 1, device_, 1));  // never registered
+  EXPECT_FALSE(ledger_->TryReserve(kLedgerMaxProcesses, device_, 1));
+  EXPECT_FALSE(ledger_->TryReserve(slot_, 1, 1));            // not bound
+  EXPECT_FALSE(ledger_->TryReserve(slot_, -1, 1));
+  EXPECT_FALSE(ledger_->TryReserve(slot_, kLedgerMaxDevices, 1));
+  EXPECT_EQ(ledger_->Read().devices[0].oom_refusals, 0u);
+  EXPECT_EQ(ledger_->MemoryLimit(-1), 0u);
+  EXPECT_EQ(ledger_->DeviceUsed(99), 0u);
+  EXPECT_EQ(ledger_->SlotCharged(-1, 0), 0u);
+}
+
+TEST_F(LedgerAdmissionTest, OverReleaseIsClampedAndReported) {
+  Open(testing::Uniform(kMiB));
+  ASSERT_TRUE(ledger_->TryReserve(slot_, device_, 100));
+  ledger_->Release(slot_, device_, 300);
+  EXPECT_EQ(ledger_->DeviceUsed(device_), 0u);
+  EXPECT_EQ(ledger_->SlotCharged(slot_, device_), 0u);
+  EXPECT_FALSE(ledger_->Health().ok);
+  EXPECT_NE(ledger_->Health().message.find("release of 300 bytes"), std::string::npos) << ledger_->Health().message;
+}
+
+TEST_F(LedgerAdmissionTest, BindDeviceResolvesUuidsFirstAndReportsConflicts) {
+  LimitSet limits = testing::Uniform(kMiB);
+  limits.devices.push_back({2, "", 2 * kMiB, 0, 0});
+  limits.devices.push_back({-1, "GPU-byuuid", 3 * kMiB, 0, 0});
+  Open(limits);  // binds ordinal 0 to GPU-0000 (a new record: 0 and 1 are the configured ones)
+  std::string error;
+  EXPECT_EQ(ledger_->BindDevice(0, "GPU-0000", &error), device_);  // idempotent
+  const int configured = ledger_->BindDevice(2, "GPU-2222", &error);
+  EXPECT_EQ(ledger_->MemoryLimit(configured), 2 * kMiB) << error;
+  EXPECT_EQ(ledger_->BindDevice(2, "GPU-2222", &error), configured);
+  // The same ordinal with another uuid: an error naming both.
+  EXPECT_EQ(ledger_->BindDevice(0, "GPU-ffff", &error), -1);
+  EXPECT_NE(error.find("GPU-0000"), std::string::npos) << error;
+  EXPECT_NE(error.find("GPU-ffff"), std::string::npos) << error;
+  EXPECT_NE(error.find(dir_.File("ledger")), std::string::npos) << error;
+  // A bound uuid seen at another ordinal (narrower CUDA_VISIBLE_DEVICES): the same budget.
+  EXPECT_EQ(ledger_->BindDevice(5, "GPU-2222", &error), configured);
+  // A device configured by uuid takes the first ordinal it is seen at.
+  const int by_uuid = ledger_->BindDevice(3, "GPU-byuuid", &error);
+  ASSERT_GE(by_uuid, 0) << error;
+  EXPECT_EQ(ledger_->MemoryLimit(by_uuid), 3 * kMiB);
+  EXPECT_EQ(ledger_->Read().devices[by_uuid].ordinal, 3);
+  EXPECT_EQ(ledger_->BindDevice(-1, "GPU-x", &error), -1);
+  EXPECT_EQ(ledger_->BindDevice(0, "", &error), -1);
+  EXPECT_EQ(ledger_->BindDevice(0, "GPU with blanks", &error), -1);
+  EXPECT_EQ(ledger_->BindDevice(0, std::string(64, 'x'), &error), -1);
+  // Every remaining ordinal binds; then every ordinal has its record.
+  for (const int ordinal : {1, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}) {
+    ASSERT_GE(ledger_->BindDevice(ordinal, "GPU-fill-" + std::to_string(ordinal), &error), 0) << error;
+  }
+  EXPECT_EQ(ledger_->DeviceCount(), kLedgerMaxDevices);
+}
+
+TEST_F(LedgerAdmissionTest, BindDeviceReportsAFullTable) {
+  LimitSet limits = testing::Uniform(kMiB);
+  for (int i = 0; i < kLedgerMaxDevices; ++i) limits.devices.push_back({-1, "GPU-u" + std::to_string(i), kMiB, 0, 0});
+  ASSERT_TRUE(Ledger::WriteLimits(dir_.File("full"), limits).ok);
+  std::unique_ptr<Ledger> ledger = testing::MustOpen(dir_.File("full"), limits);
+  std::string error;
+  EXPECT_EQ(ledger->BindDevice(0, "GPU-u7", &error), 7);
+  EXPECT_EQ(ledger->BindDevice(1, "GPU-new", &error), -1);
+  EXPECT_NE(error.find("all 16 device records are in use"), std::string::npos) << error;
+}
+
+TEST_F(LedgerAdmissionTest, RegistrationIsPerProcessIdentity) {
+  Open(testing::Uniform(kMiB));
+  const uint64_t start = ProcessStartTime(getpid());
+  EXPECT_EQ(ledger_->RegisterProcess(getpid(), getpid(), start), slot_);  // idempotent
+  ASSERT_TRUE(ledger_->TryReserve(slot_, device_, 1000));
+  // The same pid with another start time is a new process: the old charges go.
+  const int reused = ledger_->RegisterProcess(getpid(), 77, start + 1);
+  ASSERT_GE(reused, 0);
+  EXPECT_EQ(ledger_->DeviceUsed(device_), 0u);
+  EXPECT_EQ(ledger_->Read().processes.at(0).host_pid, 77);
+  EXPECT_EQ(ledger_->RegisterProcess(0, 0, 0), -1);
+  EXPECT_EQ(ledger_->RegisterProcess(-3, 0, 0), -1);
+  ASSERT_TRUE(ledger_->TryReserve(reused, device_, 500));
+  ledger_->SetOverhead(reused, device_, 200);
+  ledger_->UnregisterProcess(reused);
+  EXPECT_EQ(ledger_->DeviceUsed(device_), 0u);
+  EXPECT_TRUE(ledger_->Read().processes.empty());
+  EXPECT_FALSE(ledger_->TryReserve(reused, device_, 1));  // unregistered slots cannot charge
+}
+
+TEST_F(LedgerAdmissionTest, AFullTableReclaimsTheDeadToMakeRoom) {
+  Open(testing::Uniform(kMiB));
+  // pids above the largest possible pid_max (2^22) never exist: these "processes" are dead.
+  // A periodic scan during the fill (a loaded machine) would reclaim some: fill again then.
+  int next = 1;
+  for (int round = 0; round < 5 && ledger_->Read().processes.size() < kLedgerMaxProcesses; ++round) {
+    for (size_t have = ledger_->Read().processes.size(); have < kLedgerMaxProcesses; ++have) {
+      ASSERT_GE(ledger_->RegisterProcess(4194304 + next++, 0, 1), 0);
+    }
+  }
+  ASSERT_EQ(ledger_->Read().processes.size(), static_cast<size_t>(kLedgerMaxProcesses));
+  // Registering one more finds the table full, reclaims, and succeeds.
+  EXPECT_GE(ledger_->RegisterProcess(4194304 + 5000, 0, 1), 0);
+  EXPECT_LE(ledger_->Read().processes.size(), 2u);
+}
+
+// Forks a child that registers, charges `bytes` on ordinal 0 and then runs `then` (never returns).
+pid_t ForkCharger(const std::string& path, uint64_t bytes, int ready_fd, void (*then)(Ledger*)) {
+  const pid_t child = fork();
+  if (child != 0) return child;
+  LedgerStatus status;
+  std::unique_ptr<Ledger> ledger = Ledger::Open(path, testing::Uniform(kGiB), &status, nullptr);
+  std::string error;
+  const int slot = ledger ? testing::RegisterSelf(ledger.get()) : -1;
+  const int device = ledger ? ledger->BindDevice(0, "GPU-0000", &error) : -1;
+  const bool ok = slot >= 0 && device >= 0 && ledger->TryReserve(slot, device, bytes);
+  const char c = ok ? 'y' : 'n';
+  (void)!write(ready_fd, &c, 1);
+  if (ok && then != nullptr) then(ledger.get());
+  _exit(ok ? 0 : 1);
+}
+
+TEST_F(LedgerAdmissionTest, DeadProcessesAreReclaimedZombieOrReaped) {
+  Open(testing::Uniform(kGiB));
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  const pid_t child = ForkCharger(dir_.File("ledger"), 100 * kMiB, ready[1], nullptr);
+  char c = 0;
+  ASSERT_EQ(read(ready[0], &c, 1), 1);
+  ASSERT_EQ(c, 'y');
+  EXPECT_EQ(ledger_->DeviceUsed(device_), 100 * kMiB);
+  // The child has exited without unregistering; unreaped it is a zombie, which counts as dead.
+  for (int i = 0; i < 2000 && IsProcessAlive(child, 0); ++i) usleep(1000);
+  EXPECT_EQ(ledger_->ReclaimDead(), 1);
+  EXPECT_EQ(ledger_->DeviceUsed(device_), 0u);
+  EXPECT_EQ(ledger_->Read().reclaimed_processes, 1u);
+  EXPECT_EQ(testing::WaitChild(child, 5000), 0);
+  EXPECT_EQ(ledger_->ReclaimDead(), 0);
+  close(ready[0]);
+  close(ready[1]);
+}
+
+TEST_F(LedgerAdmissionTest, ARefusalReclaimsImmediatelyAndTheIntervalReclaimsAnyway) {
+  Open(testing::Uniform(100 * kMiB));
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  char c = 0;
+  pid_t child = ForkCharger(dir_.File("ledger"), 100 * kMiB, ready[1], nullptr);
+  ASSERT_EQ(read(ready[0], &c, 1), 1);
+  ASSERT_EQ(testing::WaitChild(child, 5000), 0);
+  // Full, but the holder is dead: the refused reservation reclaims and retries at once.
+  EXPECT_TRUE(ledger_->TryReserve(slot_, device_, 100 * kMiB));
+  EXPECT_EQ(ledger_->Read().devices.at(device_).oom_refusals, 0u);
+  ledger_->Release(slot_, device_, 100 * kMiB);
+
+  child = ForkCharger(dir_.File("ledger"), 10 * kMiB, ready[1], nullptr);
+  ASSERT_EQ(read(ready[0], &c, 1), 1);
+  ASSERT_EQ(testing::WaitChild(child, 5000), 0);
+  EXPECT_EQ(ledger_->DeviceUsed(device_), 10 * kMiB);
+  usleep(static_cast<useconds_t>(kReclaimIntervalNs / 1000 + 50'000));
+  EXPECT_TRUE(ledger_->TryReserve(slot_, device_, 1));  // any lock after the interval scans
+  EXPECT_EQ(ledger_->DeviceUsed(device_), 1u);
+  close(ready[0]);
+  close(ready[1]);
+}
+
+TEST_F(LedgerAdmissionTest, AProcessKilledHoldingTheLockIsRecoveredFrom) {
+  Open(testing::Uniform(kGiB));
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  const pid_t child = ForkCharger(dir_.File("ledger"), 300 * kMiB, ready[1], [](Ledger* ledger) {
+    ledger->HoldLockForTesting(60'000'000'000, [](void*) { (void)!write(STDOUT_FILENO, "", 0); }, nullptr);
+  });
+  char c = 0;
+  ASSERT_EQ(read(ready[0], &c, 1), 1);
+  ASSERT_EQ(c, 'y');
+  usleep(100'000);  // let it take the lock
+  kill(child, SIGKILL);
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_TRUE(ledger_->TryReserve(slot_, device_, kGiB - 1));  // only possible once the dead charge is gone
+  const auto waited = std::chrono::steady_clock::now() - start;
+  EXPECT_LT(waited, std::chrono::seconds(2));
+  const Snapshot snapshot = ledger_->Read();
+  EXPECT_EQ(snapshot.lock_recoveries, 1u);
+  EXPECT_EQ(snapshot.devices[0].used, kGiB - 1);
+  EXPECT_EQ(snapshot.processes.size(), 1u);
+  EXPECT_TRUE(ledger_->Health().ok) << ledger_->Health().message;
+  testing::WaitChild(child, 5000);
+  close(ready[0]);
+  close(ready[1]);
+}
+
+TEST_F(LedgerAdmissionTest, HotPathIsCheap) {
+  Open(testing::Uniform(kGiB));
+  constexpr int kPairs = 200000;
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < kPairs; ++i) {
+    if (!ledger_->TryReserve(slot_, device_, 4096)) FAIL() << i;
+    ledger_->Release(slot_, device_, 4096);
+  }
+  const double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count() / kPairs;
+  std::cout << "reserve+release: " << ns << " ns per pair\n";
+  EXPECT_LT(ns, 5000.0);  // generous: ~100 ns on an idle machine; this only catches syscalls per call
+  EXPECT_EQ(ledger_->DeviceUsed(device_), 0u);
+}
+
+}  // namespace
+}  // namespace vgpu::ledger

@@ -1,0 +1,497 @@
+// Operations on a mapped ledger whose lock the caller holds (see ledger_internal.h).
+//
+// Invariants (hold whenever the lock is free, restored by RepairAfterOwnerDeath):
+//   I1  device_count <= kLedgerMaxDevices, slot_high_water <= kLedgerMaxProcesses.
+//   I2  for every device d < device_count:
+//         used[d] == sum over active slots s of charged[s][d] + overhead[s][d]
+//         peak[d] >= used[d]
+//   I3  free slots are all zero (pid, start time, charges); slots >= slot_high_water are free.
+//   I4  no active slot charges a device >= device_count.
+//   I5  used[d] <= memory_limit[d] unless SetOverhead pushed it over (memory that exists) or
+//       the authority lowered the limit below what is held.
+// Totals are redundant, so a process killed mid-update loses nothing: the next locker recomputes.
+#include <algorithm>
+#include <cstring>
+
+#include "common/config.h"
+#include "ledger/ledger_internal.h"
+
+namespace vgpu::ledger::internal {
+namespace {
+
+using format::DeviceRecord;
+using format::kMaxPlausibleBytes;
+using format::ProcessSlot;
+
+constexpr auto kRelaxed = std::memory_order_relaxed;
+
+uint64_t Load(const format::AtomicU64& value) { return value.load(kRelaxed); }
+void Store(format::AtomicU64& value, uint64_t v) { value.store(v, kRelaxed); }
+
+std::string N(uint64_t value) { return std::to_string(value); }
+
+bool ValidPercent(int64_t value) { return value >= 0 && value <= 100; }
+
+// NUL-terminated within the field, printable ASCII without blanks.
+bool ValidUuidField(const char* uuid) {
+  for (size_t i = 0; i < format::kUuidBytes; ++i) {
+    const unsigned char c = static_cast<unsigned char>(uuid[i]);
+    if (c == '\0') return true;
+    if (c <= ' ' || c > '~') return false;
+  }
+  return false;
+}
+
+void SetUuid(DeviceRecord* record, const std::string& uuid) {
+  memset(record->uuid, 0, sizeof(record->uuid));
+  memcpy(record->uuid, uuid.data(), std::min(uuid.size(), sizeof(record->uuid) - 1));
+}
+
+bool UuidEquals(const DeviceRecord& record, const std::string& uuid) {
+  return !uuid.empty() && FixedString(record.uuid, sizeof(record.uuid)) == uuid;
+}
+
+std::string CheckHeaderValues(const File& file) {
+  const format::Header& h = file.header;
+  if (h.authority > kMaxAuthority) return "authority " + N(h.authority) + " is not a known authority";
+  if (h.device_count > static_cast<uint32_t>(kLedgerMaxDevices)) {
+    return "device count " + N(h.device_count) + " exceeds the maximum " + N(kLedgerMaxDevices);
+  }
+  if (h.slot_high_water > static_cast<uint32_t>(kLedgerMaxProcesses)) {
+    return "process high-water mark " + N(h.slot_high_water) + " exceeds the maximum " + N(kLedgerMaxProcesses);
+  }
+  if (h.default_memory_limit > kMaxPlausibleBytes) {
+    return "default memory limit " + N(h.default_memory_limit) + " is impossible (above 2^63)";
+  }
+  if (!ValidPercent(h.default_sm_limit) || !ValidPercent(h.default_sm_soft_limit)) {
+    return "default compute limits " + std::to_string(h.default_sm_limit) + "/" +
+           std::to_string(h.default_sm_soft_limit) + " are not percentages";
+  }
+  if (Load(h.task_priority) > static_cast<uint64_t>(kMaxTaskPriority)) {
+    return "task priority " + N(Load(h.task_priority)) + " is out of range 0.." + N(kMaxTaskPriority);
+  }
+  return "";
+}
+
+std::string CheckDeviceRecord(const File& file, uint32_t d, bool check_totals) {
+  const DeviceRecord& r = file.devices[d];
+  const std::string where = "device record " + N(d) + ": ";
+  if (r.ordinal < -1 || r.ordinal >= kLedgerMaxDevices) return where + "ordinal " + std::to_string(r.ordinal) + " out of range";
+  if (!ValidUuidField(r.uuid)) return where + "uuid is not a printable NUL-terminated string";
+  if (r.ordinal == -1 && r.uuid[0] == '\0') return where + "neither an ordinal nor a uuid";
+  if (Load(r.memory_limit) > kMaxPlausibleBytes) return where + "memory limit " + N(Load(r.memory_limit)) + " is impossible";
+  if (Load(r.sm_limit) > 100 || Load(r.sm_soft_limit) > 100) return where + "compute limits are not percentages";
+  if (Load(r.used) > kMaxPlausibleBytes) return where + "used " + N(Load(r.used)) + " is impossible (above 2^63)";
+  if (r.peak > kMaxPlausibleBytes || r.oom_refusals > kMaxPlausibleBytes) return where + "peak or refusal count is impossible";
+  if (check_totals && r.peak < Load(r.used)) return where + "peak " + N(r.peak) + " is below used " + N(Load(r.used));
+  for (uint32_t e = 0; e < d; ++e) {
+    const DeviceRecord& other = file.devices[e];
+    if (r.ordinal >= 0 && other.ordinal == r.ordinal) return where + "ordinal " + std::to_string(r.ordinal) + " appears twice";
+    if (r.uuid[0] != '\0' && strncmp(r.uuid, other.uuid, sizeof(r.uuid)) == 0) return where + "uuid appears twice";
+  }
+  return "";
+}
+
+std::string CheckDevices(const File& file, bool check_totals) {
+  const uint32_t count = file.header.device_count;
+  for (uint32_t d = 0; d < count; ++d) {
+    if (std::string problem = CheckDeviceRecord(file, d, check_totals); !problem.empty()) return problem;
+  }
+  for (uint32_t d = count; check_totals && d < static_cast<uint32_t>(kLedgerMaxDevices); ++d) {
+    if (Load(file.devices[d].used) != 0) return "unused device record " + N(d) + " has used bytes";
+  }
+  return "";
+}
+
+std::string CheckActiveSlot(const File& file, int s, unsigned __int128* sums) {
+  const ProcessSlot& p = file.slots[s];
+  const std::string where = "process slot " + std::to_string(s) + ": ";
+  if (p.pid <= 0 || p.host_pid <= 0) return where + "pid " + std::to_string(p.pid) + "/" + std::to_string(p.host_pid) + " is impossible";
+  for (int d = 0; d < kLedgerMaxDevices; ++d) {
+    const uint64_t charged = Load(p.charged[d]);
+    const uint64_t overhead = Load(p.overhead[d]);
+    if (charged > kMaxPlausibleBytes || overhead > kMaxPlausibleBytes) return where + "charge on device " + N(d) + " is impossible";
+    if (d >= static_cast<int>(file.header.device_count) && (charged | overhead) != 0) {
+      return where + "charges device " + N(d) + ", which is not in the ledger";
+    }
+    sums[d] += static_cast<unsigned __int128>(charged) + overhead;
+  }
+  return "";
+}
+
+bool SlotIsClean(const ProcessSlot& p) {
+  if (p.pid != 0 || p.host_pid != 0 || p.start_time != 0) return false;
+  for (int d = 0; d < kLedgerMaxDevices; ++d) {
+    if ((Load(p.charged[d]) | Load(p.overhead[d])) != 0) return false;
+  }
+  return true;
+}
+
+std::string CheckSlots(const File& file, bool check_totals) {
+  unsigned __int128 sums[kLedgerMaxDevices] = {};
+  for (int s = 0; s < kLedgerMaxProcesses; ++s) {
+    const ProcessSlot& p = file.slots[s];
+    if (p.state > format::kMaxSlotState) return "process slot " + std::to_string(s) + ": state " + N(p.state) + " out of range";
+    if (p.state == format::kSlotActive) {
+      if (s >= static_cast<int>(file.header.slot_high_water)) return "process slot " + std::to_string(s) + " is active above the high-water mark";
+      if (std::string problem = CheckActiveSlot(file, s, sums); !problem.empty()) return problem;
+    } else if (check_totals && !SlotIsClean(p)) {
+      return "free process slot " + std::to_string(s) + " is not empty";
+    }
+  }
+  for (uint32_t d = 0; check_totals && d < file.header.device_count; ++d) {
+    if (sums[d] != Load(file.devices[d].used)) {
+      return "device record " + N(d) + ": used " + N(Load(file.devices[d].used)) +
+             " differs from what its processes hold";
+    }
+  }
+  return "";
+}
+
+void ClearDeviceRecord(DeviceRecord* r) {
+  r->ordinal = 0;
+  r->reserved0 = 0;
+  for (format::AtomicU64* v : {&r->memory_limit, &r->sm_limit, &r->sm_soft_limit, &r->used}) Store(*v, 0);
+  r->peak = 0;
+  r->oom_refusals = 0;
+  r->reserved1 = 0;
+  memset(r->uuid, 0, sizeof(r->uuid));
+}
+
+void ClearSlot(ProcessSlot* p) {
+  p->state = format::kSlotFree;  // first: a lock-free reader then skips the slot
+  for (int d = 0; d < kLedgerMaxDevices; ++d) {
+    Store(p->charged[d], 0);
+    Store(p->overhead[d], 0);
+  }
+  p->pid = 0;
+  p->host_pid = 0;
+  p->start_time = 0;
+}
+
+void SetRecordLimits(DeviceRecord* r, uint64_t memory, int sm, int soft) {
+  Store(r->memory_limit, memory);
+  Store(r->sm_limit, static_cast<uint64_t>(sm));
+  Store(r->sm_soft_limit, static_cast<uint64_t>(soft));
+}
+
+void InitDeviceRecord(DeviceRecord* r, int ordinal, const std::string& uuid) {
+  ClearDeviceRecord(r);
+  r->ordinal = ordinal;
+  SetUuid(r, uuid);
+}
+
+bool ValidSlot(const File& file, int slot) {
+  return slot >= 0 && slot < static_cast<int>(file.header.slot_high_water) &&
+         file.slots[slot].state == format::kSlotActive;
+}
+
+bool ValidDevice(const File& file, int device) {
+  return device >= 0 && device < static_cast<int>(file.header.device_count);
+}
+
+int FindByUuid(const File& file, const std::string& uuid) {
+  for (uint32_t d = 0; d < file.header.device_count; ++d) {
+    if (UuidEquals(file.devices[d], uuid)) return static_cast<int>(d);
+  }
+  return -1;
+}
+
+int FindByOrdinal(const File& file, int ordinal) {
+  for (uint32_t d = 0; ordinal >= 0 && d < file.header.device_count; ++d) {
+    if (file.devices[d].ordinal == ordinal) return static_cast<int>(d);
+  }
+  return -1;
+}
+
+void RaisePeak(DeviceRecord* r, uint64_t used) { r->peak = std::max(r->peak, used); }
+
+}  // namespace
+
+std::string FixedString(const char* bytes, size_t size) {
+  return std::string(bytes, strnlen(bytes, size));
+}
+
+std::string ValidateContents(const File& file, bool check_totals) {
+  if (std::string problem = CheckHeaderValues(file); !problem.empty()) return problem;
+  if (std::string problem = CheckDevices(file, check_totals); !problem.empty()) return problem;
+  return CheckSlots(file, check_totals);
+}
+
+void RepairAfterOwnerDeath(File* file) {
+  format::Header& h = file->header;
+  h.device_count = std::min<uint32_t>(h.device_count, kLedgerMaxDevices);
+  h.slot_high_water = std::min<uint32_t>(h.slot_high_water, kLedgerMaxProcesses);
+  for (int d = static_cast<int>(h.device_count); d < kLedgerMaxDevices; ++d) ClearDeviceRecord(&file->devices[d]);
+  unsigned __int128 sums[kLedgerMaxDevices] = {};
+  for (int s = 0; s < kLedgerMaxProcesses; ++s) {
+    ProcessSlot& p = file->slots[s];
+    if (p.state != format::kSlotActive || s >= static_cast<int>(h.slot_high_water)) {
+      ClearSlot(&p);  // a registration or an unregistration the dead owner did not finish
+      continue;
+    }
+    for (int d = 0; d < kLedgerMaxDevices; ++d) {
+      if (d >= static_cast<int>(h.device_count)) {
+        Store(p.charged[d], 0);
+        Store(p.overhead[d], 0);
+      }
+      sums[d] += static_cast<unsigned __int128>(Load(p.charged[d])) + Load(p.overhead[d]);
+    }
+  }
+  for (uint32_t d = 0; d < h.device_count; ++d) {
+    const uint64_t used = sums[d] > kMaxPlausibleBytes ? kMaxPlausibleBytes : static_cast<uint64_t>(sums[d]);
+    Store(file->devices[d].used, used);
+    RaisePeak(&file->devices[d], used);
+  }
+  ++h.lock_recoveries;
+  h.last_reclaim_ns = 0;  // the dead owner's own slot is due for reclaim now
+}
+
+void FreeSlot(File* file, int slot) {
+  ProcessSlot& p = file->slots[slot];
+  const uint32_t count = std::min<uint32_t>(file->header.device_count, kLedgerMaxDevices);  // not validated yet at boot reconcile
+  for (uint32_t d = 0; d < count; ++d) {
+    const uint64_t held = Load(p.charged[d]) + Load(p.overhead[d]);
+    const uint64_t used = Load(file->devices[d].used);
+    Store(file->devices[d].used, used >= held ? used - held : 0);
+  }
+  ClearSlot(&p);
+}
+
+int ReclaimDeadSlots(File* file, LivenessFn alive) {
+  format::Header& h = file->header;
+  int reclaimed = 0;
+  for (int s = 0; s < static_cast<int>(h.slot_high_water); ++s) {
+    const ProcessSlot& p = file->slots[s];
+    if (p.state != format::kSlotActive || alive(p.pid, p.start_time)) continue;
+    FreeSlot(file, s);
+    ++reclaimed;
+  }
+  while (h.slot_high_water > 0 && file->slots[h.slot_high_water - 1].state == format::kSlotFree) --h.slot_high_water;
+  h.reclaimed_processes += static_cast<uint64_t>(reclaimed);
+  return reclaimed;
+}
+
+bool ReclaimDue(const File& file, uint64_t now_ns) {
+  const uint64_t last = file.header.last_reclaim_ns;
+  return now_ns < last || now_ns - last >= static_cast<uint64_t>(kReclaimIntervalNs);
+}
+
+Admission ReserveLocked(File* file, int slot, int device, uint64_t bytes) {
+  if (!ValidSlot(*file, slot) || !ValidDevice(*file, device)) return Admission::kInvalid;
+  if (bytes == 0) return Admission::kAdmitted;
+  DeviceRecord& r = file->devices[device];
+  const uint64_t used = Load(r.used);
+  const uint64_t limit = Load(r.memory_limit);
+  const uint64_t cap = (limit == 0 || limit > kMaxPlausibleBytes) ? kMaxPlausibleBytes : limit;
+  if (used > cap || bytes > cap - used) return Admission::kRefused;
+  format::AtomicU64& charged = file->slots[slot].charged[device];
+  Store(charged, Load(charged) + bytes);
+  Store(r.used, used + bytes);
+  RaisePeak(&r, used + bytes);
+  return Admission::kAdmitted;
+}
+
+bool ReleaseLocked(File* file, int slot, int device, uint64_t bytes) {
+  if (!ValidSlot(*file, slot) || !ValidDevice(*file, device)) return false;
+  format::AtomicU64& charged = file->slots[slot].charged[device];
+  const uint64_t held = Load(charged);
+  const uint64_t take = std::min(bytes, held);
+  Store(charged, held - take);
+  DeviceRecord& r = file->devices[device];
+  const uint64_t used = Load(r.used);
+  Store(r.used, used >= take ? used - take : 0);
+  return take == bytes;
+}
+
+void SetOverheadLocked(File* file, int slot, int device, uint64_t bytes) {
+  if (!ValidSlot(*file, slot) || !ValidDevice(*file, device)) return;
+  bytes = std::min(bytes, kMaxPlausibleBytes / kLedgerMaxProcesses);  // keeps the sum plausible
+  format::AtomicU64& overhead = file->slots[slot].overhead[device];
+  DeviceRecord& r = file->devices[device];
+  const uint64_t old = Load(overhead);
+  const uint64_t used = Load(r.used);
+  const uint64_t without = used >= old ? used - old : 0;
+  const uint64_t now_used = std::min(without + bytes, kMaxPlausibleBytes);
+  Store(overhead, bytes);
+  Store(r.used, now_used);
+  RaisePeak(&r, now_used);
+}
+
+int RegisterLocked(File* file, int32_t pid, int32_t host_pid, uint64_t start_time) {
+  format::Header& h = file->header;
+  int free_slot = -1;
+  for (int s = 0; s < static_cast<int>(h.slot_high_water); ++s) {
+    ProcessSlot& p = file->slots[s];
+    if (p.state == format::kSlotActive && p.pid == pid) {
+      if (p.start_time == start_time || p.start_time == 0 || start_time == 0) return s;
+      FreeSlot(file, s);  // the pid was reused: its previous owner is dead
+      ++h.reclaimed_processes;
+    }
+    if (p.state == format::kSlotFree && free_slot < 0) free_slot = s;
+  }
+  if (free_slot < 0) {
+    if (h.slot_high_water >= static_cast<uint32_t>(kLedgerMaxProcesses)) return -1;
+    free_slot = static_cast<int>(h.slot_high_water++);
+  }
+  ProcessSlot& p = file->slots[free_slot];
+  ClearSlot(&p);
+  p.pid = pid;
+  p.host_pid = host_pid > 0 ? host_pid : pid;
+  p.start_time = start_time;
+  p.state = format::kSlotActive;  // last: a half-registered slot stays free
+  return free_slot;
+}
+
+int BindDeviceLocked(File* file, int ordinal, const std::string& uuid, std::string* error) {
+  format::Header& h = file->header;
+  if (const int d = FindByUuid(*file, uuid); d >= 0) {
+    if (file->devices[d].ordinal == -1 && FindByOrdinal(*file, ordinal) < 0) file->devices[d].ordinal = ordinal;
+    return d;
+  }
+  if (const int d = FindByOrdinal(*file, ordinal); d >= 0) {
+    DeviceRecord& r = file->devices[d];
+    if (r.uuid[0] == '\0') {
+      SetUuid(&r, uuid);
+      return d;
+    }
+    *error = "CUDA ordinal " + std::to_string(ordinal) + " is bound to " + FixedString(r.uuid, sizeof(r.uuid)) +
+             ", but this process sees " + uuid + " as ordinal " + std::to_string(ordinal) +
+             " (a different CUDA_VISIBLE_DEVICES than the other processes sharing the ledger?)";
+    return -1;
+  }
+  if (h.device_count >= static_cast<uint32_t>(kLedgerMaxDevices)) {
+    *error = "all " + std::to_string(kLedgerMaxDevices) + " device records are in use; cannot add " + uuid;
+    return -1;
+  }
+  const int d = static_cast<int>(h.device_count);
+  InitDeviceRecord(&file->devices[d], ordinal, uuid);
+  SetRecordLimits(&file->devices[d], h.default_memory_limit, h.default_sm_limit, h.default_sm_soft_limit);
+  ++h.device_count;  // last: a half-written record beyond the count is cleared by a repair
+  return d;
+}
+
+namespace {
+
+// Record index for each entry of `limits` (existing, or device_count + k for new ones).
+std::string PlanLimits(const File& file, const LimitSet& limits, int* target, int* new_count) {
+  *new_count = static_cast<int>(file.header.device_count);
+  for (size_t i = 0; i < limits.devices.size(); ++i) {
+    const DeviceLimit& dl = limits.devices[i];
+    int idx = FindByUuid(file, dl.uuid);
+    if (idx < 0) idx = FindByOrdinal(file, dl.ordinal);
+    if (idx >= 0) {
+      const DeviceRecord& r = file.devices[idx];
+      const std::string bound = FixedString(r.uuid, sizeof(r.uuid));
+      if (!dl.uuid.empty() && !bound.empty() && bound != dl.uuid) {
+        return "ordinal " + std::to_string(dl.ordinal) + " is bound to " + bound + " in the ledger, the limits say " + dl.uuid;
+      }
+      if (dl.ordinal >= 0 && r.ordinal >= 0 && r.ordinal != dl.ordinal) {
+        return dl.uuid + " is ordinal " + std::to_string(r.ordinal) + " in the ledger, the limits say " + std::to_string(dl.ordinal);
+      }
+      if (dl.ordinal >= 0 && r.ordinal == -1 && FindByOrdinal(file, dl.ordinal) >= 0) {
+        return "ordinal " + std::to_string(dl.ordinal) + " and " + dl.uuid + " are different devices in the ledger";
+      }
+    } else {
+      if (*new_count >= kLedgerMaxDevices) return "more than " + std::to_string(kLedgerMaxDevices) + " devices";
+      idx = (*new_count)++;
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (target[j] == idx) return "two entries of the limits describe the same device (record " + std::to_string(idx) + ")";
+    }
+    target[i] = idx;
+  }
+  return "";
+}
+
+}  // namespace
+
+std::string ApplyLimitsLocked(File* file, const LimitSet& limits) {
+  int target[kLedgerMaxDevices] = {};
+  int new_count = 0;
+  if (limits.devices.size() > static_cast<size_t>(kLedgerMaxDevices)) return "more than 16 devices";
+  if (std::string problem = PlanLimits(*file, limits, target, &new_count); !problem.empty()) return problem;
+  format::Header& h = file->header;
+  h.authority = static_cast<uint32_t>(limits.authority);
+  h.default_memory_limit = limits.default_memory_limit;
+  h.default_sm_limit = limits.default_sm_limit;
+  h.default_sm_soft_limit = limits.default_sm_soft_limit;
+  Store(h.task_priority, static_cast<uint64_t>(limits.task_priority));
+  for (uint32_t d = 0; d < h.device_count; ++d) {
+    SetRecordLimits(&file->devices[d], limits.default_memory_limit, limits.default_sm_limit, limits.default_sm_soft_limit);
+  }
+  for (size_t i = 0; i < limits.devices.size(); ++i) {
+    const DeviceLimit& dl = limits.devices[i];
+    DeviceRecord& r = file->devices[target[i]];
+    if (target[i] >= static_cast<int>(h.device_count)) InitDeviceRecord(&r, dl.ordinal, dl.uuid);
+    if (r.ordinal == -1) r.ordinal = dl.ordinal;
+    if (r.uuid[0] == '\0' && !dl.uuid.empty()) SetUuid(&r, dl.uuid);
+    SetRecordLimits(&r, dl.memory_limit, dl.sm_limit, dl.sm_soft_limit);
+  }
+  h.device_count = static_cast<uint32_t>(new_count);
+  ++h.limits_generation;
+  return "";
+}
+
+LimitSet LimitsOf(const File& file) {
+  const format::Header& h = file.header;
+  LimitSet limits;
+  limits.authority = static_cast<Authority>(h.authority);
+  limits.default_memory_limit = h.default_memory_limit;
+  limits.default_sm_limit = h.default_sm_limit;
+  limits.default_sm_soft_limit = h.default_sm_soft_limit;
+  limits.task_priority = static_cast<int>(Load(h.task_priority));
+  for (uint32_t d = 0; d < std::min<uint32_t>(h.device_count, kLedgerMaxDevices); ++d) {
+    const DeviceRecord& r = file.devices[d];
+    limits.devices.push_back({r.ordinal, FixedString(r.uuid, sizeof(r.uuid)), Load(r.memory_limit),
+                              static_cast<int>(Load(r.sm_limit)), static_cast<int>(Load(r.sm_soft_limit))});
+  }
+  return limits;
+}
+
+Snapshot SnapshotOf(const File& file, const std::string& path) {
+  const format::Header& h = file.header;
+  Snapshot snap;
+  snap.path = path;
+  snap.authority = static_cast<Authority>(h.authority);
+  snap.task_priority = static_cast<int>(Load(h.task_priority));
+  snap.default_memory_limit = h.default_memory_limit;
+  snap.default_sm_limit = h.default_sm_limit;
+  snap.default_sm_soft_limit = h.default_sm_soft_limit;
+  snap.created_unix_ns = h.created_unix_ns;
+  snap.lock_recoveries = h.lock_recoveries;
+  snap.reclaimed_processes = h.reclaimed_processes;
+  const uint32_t count = std::min<uint32_t>(h.device_count, kLedgerMaxDevices);
+  for (uint32_t d = 0; d < count; ++d) {
+    const DeviceRecord& r = file.devices[d];
+    DeviceUsage usage;
+    usage.index = static_cast<int>(d);
+    usage.ordinal = r.ordinal;
+    usage.uuid = FixedString(r.uuid, sizeof(r.uuid));
+    usage.memory_limit = Load(r.memory_limit);
+    usage.sm_limit = static_cast<int>(Load(r.sm_limit));
+    usage.sm_soft_limit = static_cast<int>(Load(r.sm_soft_limit));
+    usage.used = Load(r.used);
+    usage.peak = r.peak;
+    usage.oom_refusals = r.oom_refusals;
+    snap.devices.push_back(std::move(usage));
+  }
+  const int high_water = static_cast<int>(std::min<uint32_t>(h.slot_high_water, kLedgerMaxProcesses));
+  for (int s = 0; s < high_water; ++s) {
+    const ProcessSlot& p = file.slots[s];
+    if (p.state != format::kSlotActive) continue;
+    ProcessUsage usage;
+    usage.slot = s;
+    usage.pid = p.pid;
+    usage.host_pid = p.host_pid;
+    usage.start_time = p.start_time;
+    for (uint32_t d = 0; d < count; ++d) {
+      usage.charged[d] = Load(p.charged[d]);
+      usage.overhead[d] = Load(p.overhead[d]);
+    }
+    snap.processes.push_back(usage);
+  }
+  return snap;
+}
+
+}  // namespace vgpu::ledger::internal
