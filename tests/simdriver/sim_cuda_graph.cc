@@ -27,16 +27,24 @@ CUresult GraphArgs(CUgraphNode* out, CUgraph handle, const CUgraphNode* deps, si
   return *graph == nullptr ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
 }
 
-CUresult AddMemAlloc(Graph* graph, int physical, uint64_t bytes, CUdeviceptr* dptr, CUgraphNode* out) {
-  if (bytes == 0 || physical < 0) return CUDA_ERROR_INVALID_VALUE;
+// `params`: as given (cuGraphMemAllocNodeGetParams returns them with dptr filled in).
+CUresult AddMemAlloc(Graph* graph, int physical, const CUDA_MEM_ALLOC_NODE_PARAMS& params, CUdeviceptr* dptr,
+                     CUgraphNode* out) {
+  if (params.bytesize == 0 || physical < 0 || (params.accessDescCount > 0 && params.accessDescs == nullptr)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
   if (graph->device >= 0 && graph->device != physical) return CUDA_ERROR_NOT_SUPPORTED;
-  const uint64_t rounded = RoundUp(bytes, Cfg().granularity);
+  const uint64_t rounded = RoundUp(params.bytesize, Cfg().granularity);
   const CUdeviceptr base = ReserveAddress(physical, rounded, Cfg().granularity, false, false);
   if (base == 0) return CUDA_ERROR_OUT_OF_MEMORY;
   graph->device = physical;
   GraphNode* node = AddNode(graph, GraphNode::Type::kMemAlloc, out);
   node->bytes = rounded;
   node->dptr = base;
+  node->access.assign(params.accessDescs, params.accessDescs + params.accessDescCount);
+  node->alloc = params;
+  node->alloc.accessDescs = node->access.empty() ? nullptr : node->access.data();
+  node->alloc.dptr = base;
   *dptr = base;
   return CUDA_SUCCESS;
 }
@@ -146,7 +154,12 @@ CUresult CaptureKernel(Stream* stream, uint64_t duration_ns) {
 }
 
 CUresult CaptureMemAlloc(Stream* stream, uint64_t bytes, CUdeviceptr* out) {
-  return AddMemAlloc(stream->capture, stream->ctx->device, bytes, out, nullptr);
+  CUDA_MEM_ALLOC_NODE_PARAMS params{};
+  params.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+  params.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  params.poolProps.location.id = Ordinal(stream->ctx->device);
+  params.bytesize = bytes;
+  return AddMemAlloc(stream->capture, stream->ctx->device, params, out, nullptr);
 }
 
 CUresult CaptureMemFree(Stream* stream, CUdeviceptr dptr) {
@@ -207,7 +220,7 @@ SIM_EXPORT CUresult cuGraphAddMemAllocNode(CUgraphNode* out, CUgraph handle, con
     if (params == nullptr || params->poolProps.location.type != CU_MEM_LOCATION_TYPE_DEVICE) {
       return CUDA_ERROR_INVALID_VALUE;
     }
-    return AddMemAlloc(graph, Physical(params->poolProps.location.id), params->bytesize, &params->dptr, out);
+    return AddMemAlloc(graph, Physical(params->poolProps.location.id), *params, &params->dptr, out);
   });
 }
 
@@ -220,6 +233,54 @@ SIM_EXPORT CUresult cuGraphAddMemFreeNode(CUgraphNode* out, CUgraph handle, cons
     if (const CUresult rc = GraphArgs(out, handle, deps, n, &graph); rc != CUDA_SUCCESS) return rc;
     if (dptr == 0) return CUDA_ERROR_INVALID_VALUE;
     AddNode(graph, GraphNode::Type::kMemFree, out)->dptr = dptr;
+    return CUDA_SUCCESS;
+  });
+}
+
+SIM_EXPORT CUresult cuGraphGetNodes(CUgraph handle, CUgraphNode* nodes, size_t* num_nodes) {
+  return Guarded([&] {
+    Api api;
+    if (const CUresult rc = api.Check(); rc != CUDA_SUCCESS) return rc;
+    const Graph* graph = Lookup<Graph>(handle, HandleType::kGraph);
+    if (graph == nullptr || num_nodes == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    const size_t count = graph->nodes.size();
+    if (nodes == nullptr) {
+      *num_nodes = count;
+      return CUDA_SUCCESS;
+    }
+    // As documented: fill *num_nodes entries, NULL the ones past the end, return how many were obtained.
+    for (size_t i = 0; i < *num_nodes; ++i) {
+      nodes[i] = i < count ? reinterpret_cast<CUgraphNode>(graph->nodes[i].get()) : nullptr;
+    }
+    *num_nodes = std::min(*num_nodes, count);
+    return CUDA_SUCCESS;
+  });
+}
+
+SIM_EXPORT CUresult cuGraphNodeGetType(CUgraphNode handle, CUgraphNodeType* type) {
+  return Guarded([&] {
+    Api api;
+    if (const CUresult rc = api.Check(); rc != CUDA_SUCCESS) return rc;
+    const GraphNode* node = Lookup<GraphNode>(handle, HandleType::kGraphNode);
+    if (node == nullptr || type == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    switch (node->type) {
+      case GraphNode::Type::kKernel: *type = CU_GRAPH_NODE_TYPE_KERNEL; break;
+      case GraphNode::Type::kMemAlloc: *type = CU_GRAPH_NODE_TYPE_MEM_ALLOC; break;
+      case GraphNode::Type::kMemFree: *type = CU_GRAPH_NODE_TYPE_MEM_FREE; break;
+    }
+    return CUDA_SUCCESS;
+  });
+}
+
+SIM_EXPORT CUresult cuGraphMemAllocNodeGetParams(CUgraphNode handle, CUDA_MEM_ALLOC_NODE_PARAMS* params_out) {
+  return Guarded([&] {
+    Api api;
+    if (const CUresult rc = api.Check(); rc != CUDA_SUCCESS) return rc;
+    const GraphNode* node = Lookup<GraphNode>(handle, HandleType::kGraphNode);
+    if (node == nullptr || node->type != GraphNode::Type::kMemAlloc || params_out == nullptr) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    *params_out = node->alloc;  // accessDescs points at the node's copy, valid until the node goes
     return CUDA_SUCCESS;
   });
 }

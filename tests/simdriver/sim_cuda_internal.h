@@ -129,6 +129,8 @@ struct GraphNode {
   uint64_t duration_ns = 0;
   uint64_t bytes = 0;          // kMemAlloc: granularity-rounded size
   CUdeviceptr dptr = 0;
+  CUDA_MEM_ALLOC_NODE_PARAMS alloc{};  // kMemAlloc: creation params, dptr filled, accessDescs -> access
+  std::vector<CUmemAccessDesc> access;
 };
 
 struct Graph {

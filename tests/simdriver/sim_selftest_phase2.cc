@@ -185,6 +185,21 @@ void TestArrays() {
   SIM_CHECK_CU(cuArrayCreate(&array, &desc), CUDA_ERROR_INVALID_VALUE);
 }
 
+std::vector<CUgraphNode> GraphNodes(CUgraph graph) {
+  size_t count = 0;
+  SIM_OK(cuGraphGetNodes(graph, nullptr, &count));
+  std::vector<CUgraphNode> nodes(count);
+  SIM_OK(cuGraphGetNodes(graph, nodes.data(), &count));
+  SIM_CHECK(count == nodes.size());
+  return nodes;
+}
+
+CUgraphNodeType NodeType(CUgraphNode node) {
+  CUgraphNodeType type{};
+  SIM_OK(cuGraphNodeGetType(node, &type));
+  return type;
+}
+
 uint64_t GraphMem(CUgraphMem_attribute attr) {
   cuuint64_t value = 0;
   SIM_OK(cuDeviceGetGraphMemAttribute(0, attr, &value));
@@ -208,6 +223,28 @@ void TestGraphs(CUfunction sleep_fn) {
   CUgraph graph = nullptr;
   SIM_OK(cuStreamEndCapture(s, &graph));
   SIM_CHECK(FreeBytes() == base);  // capture runs nothing, allocates nothing
+  // The capture made a mem-alloc node (device 0, pinned, the requested size) and two kernel nodes.
+  std::vector<CUgraphNode> nodes = GraphNodes(graph);
+  SIM_CHECK(nodes.size() == 3);
+  SIM_CHECK(NodeType(nodes[0]) == CU_GRAPH_NODE_TYPE_MEM_ALLOC);
+  SIM_CHECK(NodeType(nodes[1]) == CU_GRAPH_NODE_TYPE_KERNEL && NodeType(nodes[2]) == CU_GRAPH_NODE_TYPE_KERNEL);
+  CUDA_MEM_ALLOC_NODE_PARAMS got{};
+  SIM_OK(cuGraphMemAllocNodeGetParams(nodes[0], &got));
+  SIM_CHECK(got.bytesize == 9 * kMiB && got.dptr == p && got.accessDescCount == 0);
+  SIM_CHECK(got.poolProps.allocType == CU_MEM_ALLOCATION_TYPE_PINNED);
+  SIM_CHECK(got.poolProps.location.type == CU_MEM_LOCATION_TYPE_DEVICE && got.poolProps.location.id == 0);
+  SIM_CHECK_CU(cuGraphMemAllocNodeGetParams(nodes[1], &got), CUDA_ERROR_INVALID_VALUE);  // a kernel node
+  // More slots than nodes: the rest are NULLed; fewer: that many are filled.
+  CUgraphNode slots[4] = {nodes[0], nodes[0], nodes[0], nodes[0]};
+  size_t count = 4;
+  SIM_OK(cuGraphGetNodes(graph, slots, &count));
+  SIM_CHECK(count == 3 && slots[2] == nodes[2] && slots[3] == nullptr);
+  count = 2;
+  SIM_OK(cuGraphGetNodes(graph, slots, &count));
+  SIM_CHECK(count == 2 && slots[0] == nodes[0] && slots[1] == nodes[1]);
+  SIM_CHECK_CU(cuGraphGetNodes(graph, nullptr, nullptr), CUDA_ERROR_INVALID_VALUE);
+  CUgraphNodeType type{};
+  SIM_CHECK_CU(cuGraphNodeGetType(nullptr, &type), CUDA_ERROR_INVALID_VALUE);
   SIM_CHECK_CU(cuStreamBeginCapture(nullptr, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
   CUgraphExec exec = nullptr;
   SIM_OK(cuGraphInstantiate(&exec, graph, 0));
@@ -245,12 +282,31 @@ void TestGraphs(CUfunction sleep_fn) {
   alloc.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
   alloc.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   alloc.poolProps.location.id = 0;
-  alloc.bytesize = 4 * kMiB;
+  alloc.bytesize = 4 * kMiB - 1000;  // charged as 4 MiB, reported as given
+  CUmemAccessDesc access{};
+  access.location = alloc.poolProps.location;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  alloc.accessDescs = &access;
+  alloc.accessDescCount = 1;
   CUgraphNode alloc_node = nullptr;
   SIM_OK(cuGraphAddMemAllocNode(&alloc_node, graph, &node, 1, &alloc));
   SIM_CHECK(alloc.dptr != 0);
   CUgraphNode free_node = nullptr;
   SIM_OK(cuGraphAddMemFreeNode(&free_node, graph, &alloc_node, 1, alloc.dptr));
+  nodes = GraphNodes(graph);
+  SIM_CHECK(nodes.size() == 3 && nodes[0] == node && nodes[1] == alloc_node && nodes[2] == free_node);
+  SIM_CHECK(NodeType(node) == CU_GRAPH_NODE_TYPE_KERNEL);
+  SIM_CHECK(NodeType(alloc_node) == CU_GRAPH_NODE_TYPE_MEM_ALLOC);
+  SIM_CHECK(NodeType(free_node) == CU_GRAPH_NODE_TYPE_MEM_FREE);
+  access = CUmemAccessDesc{};  // the node keeps its own copy
+  got = CUDA_MEM_ALLOC_NODE_PARAMS{};
+  SIM_OK(cuGraphMemAllocNodeGetParams(alloc_node, &got));
+  SIM_CHECK(got.bytesize == 4 * kMiB - 1000 && got.dptr == alloc.dptr);
+  SIM_CHECK(got.poolProps.allocType == CU_MEM_ALLOCATION_TYPE_PINNED);
+  SIM_CHECK(got.poolProps.location.type == CU_MEM_LOCATION_TYPE_DEVICE && got.poolProps.location.id == 0);
+  SIM_CHECK(got.accessDescCount == 1 && got.accessDescs != nullptr && got.accessDescs != &access);
+  SIM_CHECK(got.accessDescs[0].flags == CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+  SIM_CHECK(got.accessDescs[0].location.type == CU_MEM_LOCATION_TYPE_DEVICE);
   CUDA_GRAPH_INSTANTIATE_PARAMS instantiate{};
   SIM_OK(cuGraphInstantiateWithParams(&exec, graph, &instantiate));
   SIM_CHECK(instantiate.result_out == CUDA_GRAPH_INSTANTIATE_SUCCESS);
