@@ -96,6 +96,13 @@ int InterleavedAB(DriverApi& api, const char* library, long launches, long alloc
     std::fprintf(stderr, "cannot dlopen %s: %s\n", library, dlerror());
     return 1;
   }
+  // Initialise vgpu through its own cuInit, so that limits in the environment (for example
+  // CUDA_DEVICE_MEMORY_LIMIT) switch its accounting on exactly as under LD_PRELOAD.
+  auto vgpu_init = reinterpret_cast<PFN_cuInit_v2000>(dlsym(vgpu, "cuInit"));
+  if (vgpu_init == nullptr || vgpu_init(0) != CUDA_SUCCESS) {
+    std::fprintf(stderr, "vgpu's cuInit failed\n");
+    return 1;
+  }
   const Entries native{api.LaunchKernel, api.MemAlloc, api.MemFree};
   const Entries wrapped{reinterpret_cast<PFN_cuLaunchKernel_v4000>(dlsym(vgpu, "cuLaunchKernel")),
                         reinterpret_cast<PFN_cuMemAlloc_v3020>(dlsym(vgpu, "cuMemAlloc_v2")),

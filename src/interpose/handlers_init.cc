@@ -1,9 +1,12 @@
 // Handlers for initialisation and entry-point discovery: cuInit, nvmlInit*, cuGetProcAddress*.
 #include <cuda.h>
 
+#include <string>
+
 #include "common/log.h"
 #include "interpose/handlers.h"
 #include "interpose/loader.h"
+#include "interpose/memory_accounting.h"
 #include "interpose/runtime.h"
 
 namespace vgpu::hooks {
@@ -36,7 +39,15 @@ CUresult hook_cuInit(unsigned int flags) {
     VGPU_ERROR("cuInit refused: the vgpu configuration is invalid (see the errors above)");
     return CUDA_ERROR_NOT_PERMITTED;
   }
-  return real(flags);
+  const CUresult result = real(flags);
+  if (result != CUDA_SUCCESS) return result;
+  // Limits that cannot be enforced (a corrupt ledger, say) refuse CUDA rather than run unlimited.
+  std::string error;
+  if (!memory::InitForCuInit(&error)) {
+    VGPU_ERROR("cuInit refused: memory limits are configured but cannot be enforced: %s", error.c_str());
+    return CUDA_ERROR_NOT_PERMITTED;
+  }
+  return result;
 }
 
 CUresult hook_cuGetProcAddress(const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags) {

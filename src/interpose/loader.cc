@@ -4,6 +4,7 @@
 #include <pthread.h>
 
 #include "common/log.h"
+#include "interpose/driver_imports.h"
 #include "interpose/runtime.h"
 
 namespace vgpu {
@@ -37,6 +38,7 @@ void LoadCuda() {
     return;
   }
   ResolveRealEntries(DriverLibrary::kCuda, g_cuda_handle);
+  ResolveCudaImports(g_cuda_handle);
   VGPU_INFO("loaded the CUDA driver %s", kCudaLibrary);
   g_cuda_state.store(kLoaded, std::memory_order_release);
 }
@@ -49,6 +51,7 @@ void LoadNvml() {
     return;
   }
   ResolveRealEntries(DriverLibrary::kNvml, g_nvml_handle);
+  ResolveNvmlImports(g_nvml_handle);
   VGPU_INFO("loaded NVML %s", kNvmlLibrary);
   g_nvml_state.store(kLoaded, std::memory_order_release);
 }

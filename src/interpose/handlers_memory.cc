@@ -1,0 +1,229 @@
+// Handlers for the device-memory allocation paths: reserve-then-allocate against the ledger,
+// roll back when the driver fails, record what was charged so the free returns exactly that.
+//
+// When accounting is disabled (no memory limit, no ledger) each handler is one relaxed load
+// away from the plain forwarder.
+#include <cuda.h>
+
+#include <algorithm>
+#include <optional>
+
+#include "interpose/allocation_map.h"
+#include "interpose/handlers.h"
+#include "interpose/loader.h"
+#include "interpose/memory_accounting.h"
+#include "interpose/memory_pools.h"
+
+namespace vgpu::hooks {
+namespace {
+
+using memory::AllocKind;
+using memory::AllocRecord;
+using memory::KeySpace;
+
+template <typename Pfn>
+Pfn Real(HookId id) {
+  return reinterpret_cast<Pfn>(RealCuda(id));
+}
+
+// Charges `bytes` on the current device, runs `allocate`, tracks the result under `key()`.
+// `allocate` returns the driver's result; `key` is read only after success.
+template <typename Allocate, typename KeyOf>
+CUresult ChargeCurrent(uint64_t bytes, AllocKind kind, KeySpace space, Allocate allocate, KeyOf key) {
+  const int device = memory::CurrentDevice();
+  if (device < 0) return allocate();  // no context: the driver answers as it would without us
+  memory::MaybeReconcile(device);
+  if (!memory::Reserve(device, bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
+  memory::NoteInflight(device, static_cast<int64_t>(bytes));
+  const CUresult result = allocate();
+  if (result != CUDA_SUCCESS) {
+    memory::Release(device, bytes);
+  } else {
+    memory::Track(space, key(), AllocRecord{device, kind, bytes, 0});
+  }
+  memory::NoteInflight(device, -static_cast<int64_t>(bytes));
+  return result;
+}
+
+// Frees `key` with `free_fn`; returns exactly what was charged when the driver succeeded.
+// Unknown keys are forwarded untouched.
+template <typename Free>
+CUresult FreeTracked(KeySpace space, uint64_t key, Free free_fn) {
+  std::optional<AllocRecord> record = memory::Take(space, key);
+  if (!record) return free_fn();
+  const auto inflight = static_cast<int64_t>(record->bytes);
+  memory::NoteInflight(record->device, inflight);
+  const CUresult result = free_fn();
+  if (result != CUDA_SUCCESS) {
+    memory::Track(space, key, *record);  // still allocated
+  } else if (record->kind == AllocKind::kPoolBlock) {
+    memory::RefreshPool(reinterpret_cast<CUmemoryPool>(record->aux));
+  } else {
+    memory::Release(record->device, record->bytes);
+  }
+  memory::NoteInflight(record->device, -inflight);
+  return result;
+}
+
+}  // namespace
+
+CUresult hook_cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
+  auto real = Real<Pfn_cuMemAlloc_v2>(kHook_cuMemAlloc_v2);
+  if (real == nullptr) return MissingCudaEntry(kHook_cuMemAlloc_v2);
+  if (!memory::Enabled() || dptr == nullptr) return real(dptr, bytesize);
+  return ChargeCurrent(bytesize, AllocKind::kDevice, KeySpace::kPointer,
+                       [&] { return real(dptr, bytesize); }, [&] { return static_cast<uint64_t>(*dptr); });
+}
+
+CUresult hook_cuMemAlloc(DevicePtrV1* dptr, unsigned int bytesize) {
+  auto real = Real<Pfn_cuMemAlloc>(kHook_cuMemAlloc);
+  if (real == nullptr) return MissingCudaEntry(kHook_cuMemAlloc);
+  if (!memory::Enabled() || dptr == nullptr) return real(dptr, bytesize);
+  return ChargeCurrent(bytesize, AllocKind::kDevice, KeySpace::kPointer,
+                       [&] { return real(dptr, bytesize); }, [&] { return static_cast<uint64_t>(*dptr); });
+}
+
+namespace {
+
+// The driver chooses the pitch; reserve for the widest alignment it uses (512 bytes), then
+// correct the charge to pitch × height once the pitch is known.
+template <typename Ptr, typename Size, typename Pfn>
+CUresult AllocPitch(Pfn real, Ptr* dptr, Size* pitch, Size width, Size height, unsigned int element) {
+  if (!memory::Enabled() || dptr == nullptr || pitch == nullptr) return real(dptr, pitch, width, height, element);
+  const uint64_t estimate = ((static_cast<uint64_t>(width) + 511) / 512) * 512 * static_cast<uint64_t>(height);
+  const CUresult result =
+      ChargeCurrent(estimate, AllocKind::kDevice, KeySpace::kPointer,
+                    [&] { return real(dptr, pitch, width, height, element); },
+                    [&] { return static_cast<uint64_t>(*dptr); });
+  if (result != CUDA_SUCCESS) return result;
+  const uint64_t actual = static_cast<uint64_t>(*pitch) * static_cast<uint64_t>(height);
+  if (actual == estimate) return result;
+  std::optional<AllocRecord> record = memory::Find(KeySpace::kPointer, static_cast<uint64_t>(*dptr));
+  if (!record) return result;
+  if (actual < estimate) {
+    memory::Release(record->device, estimate - actual);
+  } else if (!memory::Reserve(record->device, actual - estimate)) {
+    hook_cuMemFree_v2(static_cast<CUdeviceptr>(*dptr));
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  memory::Adjust(KeySpace::kPointer, static_cast<uint64_t>(*dptr),
+                 static_cast<int64_t>(actual) - static_cast<int64_t>(estimate));
+  return result;
+}
+
+}  // namespace
+
+CUresult hook_cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pPitch, size_t WidthInBytes, size_t Height,
+                                 unsigned int ElementSizeBytes) {
+  auto real = Real<Pfn_cuMemAllocPitch_v2>(kHook_cuMemAllocPitch_v2);
+  if (real == nullptr) return MissingCudaEntry(kHook_cuMemAllocPitch_v2);
+  return AllocPitch(real, dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
+}
+
+CUresult hook_cuMemAllocPitch(DevicePtrV1* dptr, unsigned int* pPitch, unsigned int WidthInBytes,
+                              unsigned int Height, unsigned int ElementSizeBytes) {
+  auto real = Real<Pfn_cuMemAllocPitch>(kHook_cuMemAllocPitch);
+  if (real == nullptr) return MissingCudaEntry(kHook_cuMemAllocPitch);
+  return AllocPitch(real, dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
+}
+
+CUresult hook_cuMemFree_v2(CUdeviceptr dptr) {
+  auto real = Real<Pfn_cuMemFree_v2>(kHook_cuMemFree_v2);
+  if (real == nullptr) return MissingCudaEntry(kHook_cuMemFree_v2);
+  if (!memory::Enabled()) return real(dptr);
+  return FreeTracked(KeySpace::kPointer, static_cast<uint64_t>(dptr), [&] { return real(dptr); });
+}
+
+CUresult hook_cuMemFree(DevicePtrV1 dptr) {
+  auto real = Real<Pfn_cuMemFree>(kHook_cuMemFree);
+  if (real == nullptr) return MissingCudaEntry(kHook_cuMemFree);
+  if (!memory::Enabled()) return real(dptr);
+  return FreeTracked(KeySpace::kPointer, static_cast<uint64_t>(dptr), [&] { return real(dptr); });
+}
+
+CUresult hook_cuMemAllocManaged(CUdeviceptr* dptr, size_t bytesize, unsigned int flags) {
+  auto real = Real<Pfn_cuMemAllocManaged>(kHook_cuMemAllocManaged);
+  if (real == nullptr) return MissingCudaEntry(kHook_cuMemAllocManaged);
+  if (!memory::Enabled() || dptr == nullptr) return real(dptr, bytesize, flags);
+  // Managed memory can migrate to the device in full: it is charged to the current device.
+  return ChargeCurrent(bytesize, AllocKind::kManaged, KeySpace::kPointer,
+                       [&] { return real(dptr, bytesize, flags); },
+                       [&] { return static_cast<uint64_t>(*dptr); });
+}
+
+// --- arrays -------------------------------------------------------------------------------------
+
+namespace {
+
+uint64_t FormatBytes(CUarray_format format) {
+  switch (format) {
+    case CU_AD_FORMAT_UNSIGNED_INT8:
+    case CU_AD_FORMAT_SIGNED_INT8:
+      return 1;
+    case CU_AD_FORMAT_UNSIGNED_INT16:
+    case CU_AD_FORMAT_SIGNED_INT16:
+    case CU_AD_FORMAT_HALF:
+      return 2;
+    default:
+      return 4;  // 32-bit formats; compressed and planar formats are at most this per element
+  }
+}
+
+uint64_t ArrayBytes(uint64_t width, uint64_t height, uint64_t depth, unsigned int channels, CUarray_format format) {
+  return std::max<uint64_t>(width, 1) * std::max<uint64_t>(height, 1) * std::max<uint64_t>(depth, 1) *
+         std::max(channels, 1u) * FormatBytes(format);
+}
+
+// Charges `bytes` and creates the array; the handle (written by `create` through `out`) keys it.
+template <typename Handle, typename Create>
+CUresult ChargeArray(uint64_t bytes, KeySpace space, Handle* out, Create create) {
+  return ChargeCurrent(bytes, AllocKind::kArray, space, create, [&] { return reinterpret_cast<uint64_t>(*out); });
+}
+
+}  // namespace
+
+CUresult hook_cuArrayCreate_v2(CUarray* pHandle, const CUDA_ARRAY_DESCRIPTOR* desc) {
+  auto real = Real<Pfn_cuArrayCreate_v2>(kHook_cuArrayCreate_v2);
+  if (real == nullptr) return MissingCudaEntry(kHook_cuArrayCreate_v2);
+  if (!memory::Enabled() || pHandle == nullptr || desc == nullptr) return real(pHandle, desc);
+  const uint64_t bytes = ArrayBytes(desc->Width, desc->Height, 1, desc->NumChannels, desc->Format);
+  return ChargeArray(bytes, KeySpace::kArray, pHandle, [&] { return real(pHandle, desc); });
+}
+
+CUresult hook_cuArray3DCreate_v2(CUarray* pHandle, const CUDA_ARRAY3D_DESCRIPTOR* desc) {
+  auto real = Real<Pfn_cuArray3DCreate_v2>(kHook_cuArray3DCreate_v2);
+  if (real == nullptr) return MissingCudaEntry(kHook_cuArray3DCreate_v2);
+  if (!memory::Enabled() || pHandle == nullptr || desc == nullptr) return real(pHandle, desc);
+  const uint64_t bytes = ArrayBytes(desc->Width, desc->Height, desc->Depth, desc->NumChannels, desc->Format);
+  return ChargeArray(bytes, KeySpace::kArray, pHandle, [&] { return real(pHandle, desc); });
+}
+
+CUresult hook_cuMipmappedArrayCreate(CUmipmappedArray* pHandle, const CUDA_ARRAY3D_DESCRIPTOR* desc,
+                                     unsigned int numMipmapLevels) {
+  auto real = Real<Pfn_cuMipmappedArrayCreate>(kHook_cuMipmappedArrayCreate);
+  if (real == nullptr) return MissingCudaEntry(kHook_cuMipmappedArrayCreate);
+  if (!memory::Enabled() || pHandle == nullptr || desc == nullptr) return real(pHandle, desc, numMipmapLevels);
+  uint64_t bytes = 0;
+  for (unsigned int level = 0; level < std::max(numMipmapLevels, 1u); ++level) {
+    bytes += ArrayBytes(std::max<uint64_t>(desc->Width >> level, 1), desc->Height ? std::max<uint64_t>(desc->Height >> level, 1) : 1,
+                        desc->Depth ? std::max<uint64_t>(desc->Depth >> level, 1) : 1, desc->NumChannels, desc->Format);
+  }
+  return ChargeArray(bytes, KeySpace::kMipmappedArray, pHandle, [&] { return real(pHandle, desc, numMipmapLevels); });
+}
+
+CUresult hook_cuArrayDestroy(CUarray hArray) {
+  auto real = Real<Pfn_cuArrayDestroy>(kHook_cuArrayDestroy);
+  if (real == nullptr) return MissingCudaEntry(kHook_cuArrayDestroy);
+  if (!memory::Enabled()) return real(hArray);
+  return FreeTracked(KeySpace::kArray, reinterpret_cast<uint64_t>(hArray), [&] { return real(hArray); });
+}
+
+CUresult hook_cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray) {
+  auto real = Real<Pfn_cuMipmappedArrayDestroy>(kHook_cuMipmappedArrayDestroy);
+  if (real == nullptr) return MissingCudaEntry(kHook_cuMipmappedArrayDestroy);
+  if (!memory::Enabled()) return real(hMipmappedArray);
+  return FreeTracked(KeySpace::kMipmappedArray, reinterpret_cast<uint64_t>(hMipmappedArray),
+                     [&] { return real(hMipmappedArray); });
+}
+
+}  // namespace vgpu::hooks

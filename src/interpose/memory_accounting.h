@@ -1,0 +1,67 @@
+// Device-memory accounting of this process against its container's ledger.
+//
+// Enabled when a memory limit is configured or a ledger path is given (otherwise every memory
+// hook is a plain forwarder). Initialised by cuInit (InitForCuInit): opening the ledger can
+// fail, and then cuInit is refused, so a job never runs unlimited because its ledger is broken.
+//
+// Devices: the CUDA ordinal of the current context is mapped to a ledger device by the GPU's
+// UUID (the ledger keys devices by UUID; GPU_DEVICES_UUID, when set, says which limit index
+// each UUID has). Admission is reserve-then-allocate (ledger.h); a refused reservation first
+// reconciles this process's overhead with NVML and reclaims dead processes, then retries once.
+//
+// Thread safety: all functions may be called from any thread after InitForCuInit returned.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace vgpu::memory {
+
+// Opens the ledger and registers this process. Returns false with *error set when memory
+// limits are configured but cannot be enforced (corrupt ledger, full process table).
+bool InitForCuInit(std::string* error);
+
+// Whether allocations are accounted (a relaxed load; the hot-path check).
+bool Enabled();
+
+// Ledger device of the calling thread's current context, or -1 (no context, unknown device).
+// On -1 the caller forwards the call: the driver refuses it the same way.
+int CurrentDevice();
+// Ledger device for a CUDA ordinal, or -1.
+int DeviceForOrdinal(int ordinal);
+
+// Charges `bytes` on `device`; false = over the limit (a refusal was counted and logged).
+bool Reserve(int device, uint64_t bytes);
+void Release(int device, uint64_t bytes);
+
+// Bytes this process has charged on `device` that NVML cannot see yet (reserved while the driver
+// call has not returned, or being freed), so reconciliation does not mistake them for missing
+// overhead.
+void NoteInflight(int device, int64_t delta);
+// Graph memory charged at instantiation; NVML sees it once the driver has reserved it for the
+// device's graphs (CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT), which reconciliation asks.
+void NoteGraphCharge(int device, int64_t delta);
+
+// Refreshes this process's context/module overhead on `device` from NVML per-process usage:
+// overhead = NVML usage − charges NVML can see, taking the smaller of that figure read before and
+// after the NVML query, so a concurrent allocation or free can only make it larger (never let
+// the total fall below what the driver really holds).
+// `after_context`: called right after a context was created on the device; the overhead found
+// then is kept as a floor, because later NVML figures can fall short of what is charged when the
+// driver has not made memory resident (managed memory, untouched), which would otherwise hide
+// the context.
+void Reconcile(int device, bool after_context = false);
+// Reconciles when the last reconciliation on `device` is older than the interval.
+void MaybeReconcile(int device);
+
+// Limit (0 = unlimited) and container-wide usage of a ledger device.
+uint64_t Limit(int device);
+uint64_t Used(int device);
+
+// The ledger device whose GPU has this UUID ("GPU-…"), binding CUDA ordinals if needed; -1.
+int DeviceForUuid(const std::string& uuid);
+
+// "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" for a CUDA device; empty on failure.
+std::string UuidOfOrdinal(int ordinal);
+
+}  // namespace vgpu::memory

@@ -1,0 +1,259 @@
+#include "interpose/memory_pools.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <mutex>
+#include <unordered_map>
+
+#include "interpose/allocation_map.h"
+#include "interpose/driver_imports.h"
+#include "interpose/handlers.h"
+#include "interpose/loader.h"
+#include "interpose/memory_accounting.h"
+
+namespace vgpu::memory {
+namespace {
+
+constexpr uint64_t kPoolGranularity = 2ULL << 20;
+
+struct PoolCharge {
+  int device = -1;
+  uint64_t charged = 0;        // what the ledger holds for this pool's reserve
+  uint64_t learned_extra = 0;  // largest growth seen beyond a block's 2 MiB-rounded size
+};
+
+// Pools are few and their allocations already cost a driver round trip: one mutex for all.
+std::mutex g_pools_mu;
+std::unordered_map<CUmemoryPool, PoolCharge>* g_pools = nullptr;  // guarded by g_pools_mu; never freed
+
+std::unordered_map<CUmemoryPool, PoolCharge>& Pools() {
+  if (g_pools == nullptr) g_pools = new std::unordered_map<CUmemoryPool, PoolCharge>();
+  return *g_pools;
+}
+
+bool PoolAttribute(CUmemoryPool pool, CUmemPool_attribute attribute, uint64_t* out) {
+  cuuint64_t value = 0;
+  if (g_cuda.cuMemPoolGetAttribute == nullptr || g_cuda.cuMemPoolGetAttribute(pool, attribute, &value) != CUDA_SUCCESS) {
+    return false;
+  }
+  *out = value;
+  return true;
+}
+
+bool Reserved(CUmemoryPool pool, uint64_t* out) {
+  return PoolAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, out);
+}
+
+// Set while this thread holds g_pools_mu, so a refusal inside an allocation can refresh the
+// pools without locking them twice.
+thread_local bool t_holding_pools = false;
+
+// Moves a pool's charge down to `target`, or up if the limit allows; growth the limit does not
+// allow stays uncharged here and reaches the ledger through NVML reconciliation (the memory
+// exists; new reservations are then refused). REQUIRES: g_pools_mu held.
+void SetCharge(PoolCharge& charge, uint64_t target) {
+  if (target < charge.charged) {
+    Release(charge.device, charge.charged - target);
+    charge.charged = target;
+  } else if (target > charge.charged && Reserve(charge.device, target - charge.charged)) {
+    charge.charged = target;
+  }
+}
+
+// REQUIRES: g_pools_mu held.
+bool RefreshAllPoolsLocked() {
+  bool shrank = false;
+  for (auto& [pool, charge] : Pools()) {
+    uint64_t reserved = 0;
+    if (Reserved(pool, &reserved) && reserved < charge.charged) {
+      SetCharge(charge, reserved);
+      shrank = true;
+    }
+  }
+  return shrank;
+}
+
+struct PoolsLock {
+  std::lock_guard<std::mutex> lock{g_pools_mu};
+  PoolsLock() { t_holding_pools = true; }
+  ~PoolsLock() { t_holding_pools = false; }
+};
+
+bool Capturing(CUstream stream, bool per_thread) {
+  auto is_capturing = per_thread ? g_cuda.cuStreamIsCapturing_ptsz : g_cuda.cuStreamIsCapturing;
+  if (is_capturing == nullptr) return false;
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  return is_capturing(stream, &status) == CUDA_SUCCESS && status != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+// The allocation protocol shared by every stream-ordered entry: reserve the most the pool can
+// grow for this block, allocate, then turn that headroom into the pool's real growth.
+// The most a pool can grow for a block: nothing when its unused reserve already holds the block,
+// else the block rounded to 2 MiB plus the largest extra growth this pool has shown.
+uint64_t Headroom(CUmemoryPool pool, const PoolCharge& charge, uint64_t reserved, size_t bytesize) {
+  uint64_t used = 0;
+  if (PoolAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &used) && reserved >= used &&
+      reserved - used >= bytesize) {
+    return 0;
+  }
+  return (bytesize + kPoolGranularity - 1) / kPoolGranularity * kPoolGranularity + charge.learned_extra;
+}
+
+// The pool grew past what the limit allows: give the block back, return the pool's unused
+// reserve to the driver, and let the charge follow. REQUIRES: g_pools_mu held.
+void UndoGrowth(CUmemoryPool pool, PoolCharge& charge, CUdeviceptr block, CUstream stream) {
+  if (g_cuda.cuMemFreeAsync != nullptr) g_cuda.cuMemFreeAsync(block, stream);
+  if (g_cuda.cuStreamSynchronize != nullptr) g_cuda.cuStreamSynchronize(stream);
+  if (g_cuda.cuMemPoolTrimTo != nullptr) g_cuda.cuMemPoolTrimTo(pool, 0);
+  uint64_t reserved = 0;
+  if (Reserved(pool, &reserved)) SetCharge(charge, reserved);
+}
+
+// The allocation protocol shared by every stream-ordered entry: reserve the most the pool can
+// grow for this block, allocate, then turn that headroom into the pool's real growth.
+template <typename Allocate>
+CUresult AllocateFromPool(CUmemoryPool pool, int device, CUdeviceptr* dptr, size_t bytesize, Allocate allocate,
+                          CUstream stream) {
+  PoolsLock lock;
+  PoolCharge& charge = Pools()[pool];
+  if (charge.device < 0) charge.device = device;
+  uint64_t before = charge.charged;
+  if (Reserved(pool, &before)) SetCharge(charge, before);
+  const uint64_t headroom = Headroom(pool, charge, before, bytesize);
+  if (!Reserve(charge.device, headroom)) return CUDA_ERROR_OUT_OF_MEMORY;
+  NoteInflight(charge.device, static_cast<int64_t>(headroom));
+  const CUresult result = allocate();
+  uint64_t after = charge.charged;
+  Reserved(pool, &after);
+  const uint64_t growth = after > charge.charged ? after - charge.charged : 0;
+  const uint64_t rounded = (bytesize + kPoolGranularity - 1) / kPoolGranularity * kPoolGranularity;
+  if (growth > rounded) charge.learned_extra = std::max(charge.learned_extra, growth - rounded);
+  bool covered = true;
+  if (growth <= headroom) {
+    Release(charge.device, headroom - growth);
+    charge.charged += growth;
+  } else if (Reserve(charge.device, growth - headroom)) {
+    charge.charged += growth;
+  } else {
+    charge.charged += headroom;
+    covered = false;
+  }
+  NoteInflight(charge.device, -static_cast<int64_t>(headroom));
+  if (after < charge.charged) SetCharge(charge, after);
+  if (result != CUDA_SUCCESS) return result;
+  if (!covered) {
+    UndoGrowth(pool, charge, *dptr, stream);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  Track(KeySpace::kPointer, static_cast<uint64_t>(*dptr),
+        AllocRecord{charge.device, AllocKind::kPoolBlock, 0, reinterpret_cast<uint64_t>(pool)});
+  return result;
+}
+
+CUresult AllocAsync(HookId id, bool per_thread, CUdeviceptr* dptr, size_t bytesize, CUmemoryPool explicit_pool,
+                    CUstream stream) {
+  void* real = RealCuda(id);
+  if (real == nullptr) return MissingCudaEntry(id);
+  auto call = [&]() -> CUresult {
+    if (explicit_pool != nullptr) {
+      return reinterpret_cast<Pfn_cuMemAllocFromPoolAsync>(real)(dptr, bytesize, explicit_pool, stream);
+    }
+    return reinterpret_cast<Pfn_cuMemAllocAsync>(real)(dptr, bytesize, stream);
+  };
+  if (!Enabled() || dptr == nullptr || Capturing(stream, per_thread)) return call();
+  const int device = CurrentDevice();
+  if (device < 0) return call();
+  CUmemoryPool pool = explicit_pool;
+  CUdevice ordinal;
+  if (pool == nullptr && (g_cuda.cuCtxGetDevice(&ordinal) != CUDA_SUCCESS || g_cuda.cuDeviceGetMemPool == nullptr ||
+                          g_cuda.cuDeviceGetMemPool(&pool, ordinal) != CUDA_SUCCESS)) {
+    return call();
+  }
+  MaybeReconcile(device);
+  return AllocateFromPool(pool, device, dptr, bytesize, call, stream);
+}
+
+}  // namespace
+
+void RefreshPool(CUmemoryPool pool) {
+  PoolsLock lock;
+  auto it = Pools().find(pool);
+  uint64_t reserved = 0;
+  if (it != Pools().end() && Reserved(pool, &reserved)) SetCharge(it->second, reserved);
+}
+
+bool RefreshAllPools() {
+  if (t_holding_pools) return RefreshAllPoolsLocked();
+  PoolsLock lock;
+  return RefreshAllPoolsLocked();
+}
+
+}  // namespace vgpu::memory
+
+namespace vgpu::hooks {
+
+CUresult hook_cuMemAllocAsync(CUdeviceptr* dptr, size_t bytesize, CUstream hStream) {
+  return memory::AllocAsync(kHook_cuMemAllocAsync, false, dptr, bytesize, nullptr, hStream);
+}
+CUresult hook_cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUstream hStream) {
+  return memory::AllocAsync(kHook_cuMemAllocAsync_ptsz, true, dptr, bytesize, nullptr, hStream);
+}
+CUresult hook_cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream) {
+  if (pool == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return memory::AllocAsync(kHook_cuMemAllocFromPoolAsync, false, dptr, bytesize, pool, hStream);
+}
+CUresult hook_cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream) {
+  if (pool == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return memory::AllocAsync(kHook_cuMemAllocFromPoolAsync_ptsz, true, dptr, bytesize, pool, hStream);
+}
+
+namespace {
+
+CUresult FreeAsync(HookId id, CUdeviceptr dptr, CUstream stream) {
+  auto real = reinterpret_cast<Pfn_cuMemFreeAsync>(RealCuda(id));
+  if (real == nullptr) return MissingCudaEntry(id);
+  if (!memory::Enabled()) return real(dptr, stream);
+  // The block returns to its pool; the pool's reserve (the charge) changes only when the pool
+  // releases memory, which the next refresh observes.
+  std::optional<memory::AllocRecord> record = memory::Take(memory::KeySpace::kPointer, dptr);
+  const CUresult result = real(dptr, stream);
+  if (record && result != CUDA_SUCCESS) memory::Track(memory::KeySpace::kPointer, dptr, *record);
+  if (record && result == CUDA_SUCCESS && record->kind != memory::AllocKind::kPoolBlock) {
+    memory::Release(record->device, record->bytes);  // cuMemFreeAsync of a cuMemAlloc pointer
+  }
+  return result;
+}
+
+}  // namespace
+
+CUresult hook_cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) {
+  return FreeAsync(kHook_cuMemFreeAsync, dptr, hStream);
+}
+CUresult hook_cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream) {
+  return FreeAsync(kHook_cuMemFreeAsync_ptsz, dptr, hStream);
+}
+
+CUresult hook_cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep) {
+  auto real = reinterpret_cast<Pfn_cuMemPoolTrimTo>(RealCuda(kHook_cuMemPoolTrimTo));
+  if (real == nullptr) return MissingCudaEntry(kHook_cuMemPoolTrimTo);
+  const CUresult result = real(pool, minBytesToKeep);
+  if (memory::Enabled() && result == CUDA_SUCCESS) memory::RefreshPool(pool);
+  return result;
+}
+
+CUresult hook_cuMemPoolDestroy(CUmemoryPool pool) {
+  auto real = reinterpret_cast<Pfn_cuMemPoolDestroy>(RealCuda(kHook_cuMemPoolDestroy));
+  if (real == nullptr) return MissingCudaEntry(kHook_cuMemPoolDestroy);
+  const CUresult result = real(pool);
+  if (memory::Enabled() && result == CUDA_SUCCESS) {
+    memory::PoolsLock lock;
+    auto it = memory::Pools().find(pool);
+    if (it != memory::Pools().end()) {
+      memory::Release(it->second.device, it->second.charged);
+      memory::Pools().erase(it);
+    }
+  }
+  return result;
+}
+
+}  // namespace vgpu::hooks

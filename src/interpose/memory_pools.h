@@ -1,0 +1,24 @@
+// Stream-ordered allocation pools (cuMemAllocAsync, cuMemAllocFromPoolAsync).
+//
+// A pool holds device memory in reserve beyond its live blocks, and that reserve is what the
+// driver (and NVML) counts. So vgpu charges each pool its *reserved* memory
+// (CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT), not the blocks: before an allocation it reserves the
+// block size (the most the pool can need to grow for it, rounded to 2 MiB), after it sets the
+// pool's charge to what the pool really reserves. Frees and synchronisations shrink the reserve
+// later; the charge follows at the pool's next allocation, at cuMemPoolTrimTo, and whenever a
+// reservation is refused (RefreshAllPools), so an over-charge never outlives the next need.
+//
+// Allocations made while their stream is being captured are not memory yet (they become graph
+// allocation nodes, charged when the graph is instantiated) and pass through uncharged.
+#pragma once
+
+#include <cuda.h>
+
+namespace vgpu::memory {
+
+// Sets `pool`'s charge to its current reserved memory (no-op for pools vgpu has not seen).
+void RefreshPool(CUmemoryPool pool);
+// Refreshes every known pool; returns true if any charge went down.
+bool RefreshAllPools();
+
+}  // namespace vgpu::memory
