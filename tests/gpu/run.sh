@@ -104,6 +104,9 @@ if [ $QUICK = 0 ]; then
   same_output cupy python3 "$ROOT/tests/gpu/cupy_check.py"
 fi
 
+# --- memory limit: paths, NVML peak, frameworks (tests/gpu/memory/run_memory.sh) ------------------
+source "$ROOT/tests/gpu/memory/run_memory.sh"
+
 # --- 3. overhead, library against native in one run ----------------------------------------------
 ROUNDS=$([ $QUICK = 1 ] && echo 3 || echo 21)
 PIN="taskset -c 2"  # one core for every run, so scheduling differences stay out of the ratio
@@ -128,6 +131,14 @@ awk -v r="$lr" 'BEGIN{exit !(r >= 0.99)}' && v=PASS || v=FAIL
 row "bench in-process A/B: cuLaunchKernel rate" $v "native $(abv ab_launch_rate_native)/s vgpu $(abv ab_launch_rate_vgpu)/s ratio $lr (min 0.99)"
 awk -v r="$ar" 'BEGIN{exit !(r <= 1.03)}' && v=PASS || v=FAIL
 row "bench in-process A/B: cuMemAlloc+cuMemFree" $v "native $(abv ab_alloc_free_pair_native) ns vgpu $(abv ab_alloc_free_pair_vgpu) ns ratio $ar (max 1.03)"
+# The same with memory accounting on (a limit far above what the benchmark uses).
+rm -f "$BUILD/ab-ledger"
+abm=$(CUDA_DEVICE_MEMORY_LIMIT=64GiB CUDA_DEVICE_MEMORY_SHARED_CACHE="$BUILD/ab-ledger" \
+  $PIN "$BUILD/bench/overhead_driver" ab "$LIB" 20000 5000 1048576 "$ROUNDS" 2>>"$LOG")
+echo "$abm" >>"$OUT/bench.md"
+mr=$(echo "$abm" | awk '$1 == "ab_alloc_free_pair_ratio" {print $2}')
+awk -v r="$mr" 'BEGIN{exit !(r <= 1.05)}' && v=PASS || v=FAIL
+row "bench in-process A/B, accounting on: cuMemAlloc+cuMemFree" $v "native $(echo "$abm" | awk '$1=="ab_alloc_free_pair_native"{print $2}') ns vgpu $(echo "$abm" | awk '$1=="ab_alloc_free_pair_vgpu"{print $2}') ns ratio $mr (max 1.05)"
 # Process-level, alternating runs with and without LD_PRELOAD (end to end, noisier).
 bench runtime empty_kernel_launch_rate:min:0.99 $PIN "$G/overhead_runtime" launch 300000
 bench runtime cudaMalloc_cudaFree_pair:max:1.03 $PIN "$G/overhead_runtime" alloc 20000 1048576

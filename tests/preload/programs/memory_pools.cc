@@ -1,0 +1,164 @@
+// Stream-ordered pools: what counts is the pool's reservation, not its live blocks.
+//
+//   memory_pools custom    a pool of our own with release threshold UINT64_MAX:
+//     1. fill from the pool (64 MiB blocks) until refused; free every block and synchronize:
+//        the pool keeps its reservation, so a plain 64 MiB cuMemAlloc must be refused;
+//     2. refill from the pool as many blocks as in 1: served from the reservation, so none may
+//        be refused (hold point "refill"); free them;
+//     3. cuMemPoolTrimTo(pool, 0): the reservation goes back; plain allocations until refused;
+//     4. fill the pool again, free the blocks (reservation kept), destroy the pool: plain
+//        allocations until refused;
+//     5. a new pool filled until refused, destroyed with its blocks outstanding: plain
+//        allocations until refused.
+//   memory_pools default   steps 1 to 3 with the device's default pool (cuMemAllocAsync),
+//                          threshold restored to 0 at the end.
+// Reports "<step>_…" counts, refusal codes, reservations and free figures.
+#include <cuda.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "memory_common.h"
+
+namespace {
+
+using memtest::kMiB;
+using memtest::Report;
+
+constexpr uint64_t kChunk = 64 * kMiB;
+
+struct PoolUser {
+  CUmemoryPool pool = nullptr;
+  CUstream stream = nullptr;
+  bool use_default = false;
+  std::vector<CUdeviceptr> blocks;
+
+  CUresult AllocOne() {
+    CUdeviceptr p = 0;
+    const CUresult rc = use_default ? cuMemAllocAsync(&p, kChunk, stream)
+                                    : cuMemAllocFromPoolAsync(&p, kChunk, pool, stream);
+    if (rc == CUDA_SUCCESS) blocks.push_back(p);
+    return rc;
+  }
+  // Allocates until refused or `limit` blocks; reports <key>_count and <key>_refusal_code.
+  void Fill(const std::string& key, int limit = memtest::kMaxSteps) {
+    CUresult rc = CUDA_SUCCESS;
+    int n = 0;
+    for (; n < limit; ++n) {
+      rc = AllocOne();
+      if (rc != CUDA_SUCCESS) break;
+    }
+    Report((key + "_count").c_str(), n);
+    Report((key + "_refusal_code").c_str(), rc);
+    Report((key + "_reserved").c_str(), Reserved());
+  }
+  void FreeBlocks() {
+    for (CUdeviceptr p : blocks) CHECK_CU(cuMemFreeAsync(p, stream));
+    blocks.clear();
+    CHECK_CU(cuStreamSynchronize(stream));
+  }
+  uint64_t Reserved() const {
+    cuuint64_t reserved = 0;
+    CHECK_CU(cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved));
+    return reserved;
+  }
+  void SetThreshold(uint64_t bytes) {
+    cuuint64_t value = bytes;
+    CHECK_CU(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &value));
+  }
+};
+
+CUmemoryPool CreatePool(CUdevice dev) {
+  CUmemPoolProps props{};
+  props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+  props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  props.location.id = dev;
+  CUmemoryPool pool = nullptr;
+  CHECK_CU(cuMemPoolCreate(&pool, &props));
+  return pool;
+}
+
+// Plain 64 MiB allocations until refused, freed again; reports <key>_count and _refusal_code.
+void PlainFill(const std::string& key) {
+  std::vector<CUdeviceptr> held;
+  CUresult rc = CUDA_SUCCESS;
+  for (int i = 0; i < memtest::kMaxSteps; ++i) {
+    CUdeviceptr p = 0;
+    rc = cuMemAlloc(&p, kChunk);
+    if (rc != CUDA_SUCCESS) break;
+    held.push_back(p);
+  }
+  Report((key + "_count").c_str(), held.size());
+  Report((key + "_refusal_code").c_str(), rc);
+  for (CUdeviceptr p : held) CHECK_CU(cuMemFree(p));
+}
+
+int Run(bool use_default) {
+  const CUdevice dev = memtest::InitPrimaryContext(0);
+  Report("free_initial", memtest::FreeBytes());
+  PoolUser user;
+  user.use_default = use_default;
+  CHECK_CU(cuStreamCreate(&user.stream, CU_STREAM_NON_BLOCKING));
+  if (use_default) {
+    CHECK_CU(cuDeviceGetDefaultMemPool(&user.pool, dev));
+  } else {
+    user.pool = CreatePool(dev);
+  }
+  user.SetThreshold(UINT64_MAX);
+
+  // 1.
+  user.Fill("fill");
+  const int filled = static_cast<int>(user.blocks.size());
+  user.FreeBlocks();
+  Report("reserved_after_free", user.Reserved());
+  Report("free_after_pool_free", memtest::FreeBytes());
+  {
+    CUdeviceptr p = 0;
+    const CUresult rc = cuMemAlloc(&p, kChunk);
+    Report("plain_while_reserved_code", rc);
+    if (rc == CUDA_SUCCESS) CHECK_CU(cuMemFree(p));
+  }
+  // 2.
+  user.Fill("refill", filled);
+  memtest::HoldPoint("refill");
+  user.FreeBlocks();
+  // 3.
+  CHECK_CU(cuMemPoolTrimTo(user.pool, 0));
+  Report("reserved_after_trim", user.Reserved());
+  Report("free_after_trim", memtest::FreeBytes());
+  PlainFill("after_trim");
+
+  if (use_default) {
+    user.SetThreshold(0);
+    CHECK_CU(cuMemPoolTrimTo(user.pool, 0));
+  } else {
+    // 4.
+    user.Fill("destroy_fill");
+    user.FreeBlocks();
+    CHECK_CU(cuMemPoolDestroy(user.pool));
+    Report("free_after_destroy", memtest::FreeBytes());
+    PlainFill("after_destroy");
+    // 5.
+    user.pool = CreatePool(dev);
+    user.Fill("outstanding_fill");
+    user.blocks.clear();  // destroyed with the pool
+    CHECK_CU(cuMemPoolDestroy(user.pool));
+    Report("free_after_destroy_outstanding", memtest::FreeBytes());
+    PlainFill("after_destroy_outstanding");
+  }
+  CHECK_CU(cuStreamDestroy(user.stream));
+  Report("free_final", memtest::FreeBytes());
+  std::printf("done\n");
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string mode = argc > 1 ? argv[1] : "";
+  if (mode == "custom") return Run(false);
+  if (mode == "default") return Run(true);
+  std::fprintf(stderr, "usage: memory_pools custom|default\n");
+  return 2;
+}
