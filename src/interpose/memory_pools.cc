@@ -5,6 +5,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "common/log.h"
 #include "interpose/allocation_map.h"
 #include "interpose/driver_imports.h"
 #include "interpose/handlers.h"
@@ -127,7 +128,11 @@ CUresult AllocateFromPool(CUmemoryPool pool, int device, CUdeviceptr* dptr, size
   Reserved(pool, &after);
   const uint64_t growth = after > charge.charged ? after - charge.charged : 0;
   const uint64_t rounded = (bytesize + kPoolGranularity - 1) / kPoolGranularity * kPoolGranularity;
-  if (growth > rounded) charge.learned_extra = std::max(charge.learned_extra, growth - rounded);
+  if (growth > rounded && growth - rounded > charge.learned_extra) {
+    VGPU_DEBUG("pool %p grew by %llu bytes for a block of %zu", static_cast<void*>(pool),
+               static_cast<unsigned long long>(growth), bytesize);
+    charge.learned_extra = growth - rounded;
+  }
   bool covered = true;
   if (growth <= headroom) {
     Release(charge.device, headroom - growth);
