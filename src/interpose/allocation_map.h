@@ -11,14 +11,14 @@
 
 namespace vgpu::memory {
 
-// Separate key spaces: a VMM handle and a device pointer may have the same numeric value.
-enum class KeySpace : uint8_t { kPointer, kVmmHandle, kArray, kMipmappedArray, kGraphExec, kPool };
+// Separate key spaces: an array handle and a device pointer may have the same numeric value.
+// (VMM handles and pools keep their own tables: handlers_vmm.cc, memory_pools.cc.)
+enum class KeySpace : uint8_t { kPointer, kArray, kMipmappedArray, kGraphExec };
 
 enum class AllocKind : uint8_t {
   kDevice,      // cuMemAlloc, cuMemAllocPitch
   kManaged,     // cuMemAllocManaged
   kPoolBlock,   // cuMemAllocAsync / FromPoolAsync: charged through its pool, not per block
-  kVmm,         // cuMemCreate
   kArray,       // cuArrayCreate, cuArray3DCreate, cuMipmappedArrayCreate
   kGraph,       // memory-allocation nodes of an instantiated graph
 };
