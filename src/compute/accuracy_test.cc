@@ -1,0 +1,209 @@
+// End-to-end accuracy of the compute limiter (BusyTracker + Controller + ComputeLimiter) on the
+// simulated GPU: the achieved share, as ground truth from the model, for every kernel mix and
+// target, several containers, the soft limit and priority. Deterministic, simulated time.
+//
+// The table is printed by the test itself (ctest -V, or run the binary); docs/compute.md
+// quotes it.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "compute/sim_harness.h"
+
+namespace vgpu::compute::sim {
+namespace {
+
+constexpr int64_t kUs = 1'000;
+constexpr int64_t kMs = 1'000'000;
+constexpr int64_t kSec = 1'000'000'000;
+
+struct Mix {
+  std::string name;
+  WorkloadSpec workload;
+};
+
+// The kernel mixes of the brief. Every one saturates the GPU when unlimited.
+std::vector<Mix> Mixes() {
+  std::vector<Mix> mixes;
+  WorkloadSpec w;
+  w.kernels_ns = {2 * kMs};
+  mixes.push_back({"2 ms kernels", w});
+  w.kernels_ns = {50 * kUs};
+  mixes.push_back({"50 us kernels", w});
+  w.kernels_ns = {5 * kUs};
+  mixes.push_back({"5 us kernels", w});
+  w.kernels_ns = {5 * kUs, 50 * kUs, 2 * kMs, 5 * kUs, 200 * kUs};
+  w.shuffle = true;
+  mixes.push_back({"mixed 5us-2ms", w});
+  w = WorkloadSpec();
+  w.kernels_ns = {20 * kUs, 80 * kUs, 50 * kUs};
+  w.graph_kernels = 20;  // one launch = 20 kernels, ~1 ms
+  mixes.push_back({"graphs of 20", w});
+  w = WorkloadSpec();
+  w.kernels_ns = {300 * kUs};  // matmul-like: a few hundred us, synchronised every 10
+  w.sync_every = 10;
+  mixes.push_back({"300us, sync/10", w});
+  return mixes;
+}
+
+struct Outcome {
+  double share = 0;         // whole measurement window
+  double worst_second = 0;  // the 1 s window furthest from the target
+  double marks_per_launch = 0;
+};
+
+Outcome RunAlone(const WorkloadSpec& workload, int target, int64_t warmup, int64_t end,
+                 bool use_limiter = true) {
+  Simulation sim;
+  ContainerSpec spec;
+  spec.limits = ComputeLimits::FromPercent(target, 0, 1);
+  spec.use_limiter = use_limiter;
+  int c = sim.AddContainer(spec);
+  int p = sim.AddProcess(c);
+  sim.AddThread(p, workload);
+  sim.RunUntil(end);
+  Outcome o;
+  o.share = 100 * sim.ContainerShare(c, warmup, end);
+  o.worst_second = o.share;
+  for (int64_t t = warmup; t + kSec <= end; t += kSec) {
+    double s = 100 * sim.ContainerShare(c, t, t + kSec);
+    if (std::abs(s - target) > std::abs(o.worst_second - target)) o.worst_second = s;
+  }
+  TrackerStats stats = sim.Stats(p);
+  o.marks_per_launch = stats.launches > 0 ? double(stats.marks) / double(stats.launches) : 0;
+  return o;
+}
+
+TEST(AccuracyTest, UnlimitedMixesSaturateTheGpu) {
+  for (const Mix& mix : Mixes()) {
+    Outcome o = RunAlone(mix.workload, 0, 200 * kMs, 1 * kSec, /*use_limiter=*/false);
+    EXPECT_GT(o.share, 90) << mix.name;  // so that a limited share is the limiter's doing
+  }
+}
+
+// The table of the brief: every mix at 10/30/60/90 within +-3 points, over the run and in every
+// 1 s window (nvidia-smi's averaging).
+TEST(AccuracyTest, SingleContainerMeetsEveryTargetForEveryMix) {
+  const int targets[] = {10, 30, 60, 90};
+  std::printf("\n%-16s %22s %22s %22s %22s\n", "share % (worst 1 s)", "target 10", "target 30",
+              "target 60", "target 90");
+  for (const Mix& mix : Mixes()) {
+    std::printf("%-16s", mix.name.c_str());
+    for (int target : targets) {
+      Outcome o = RunAlone(mix.workload, target, 1 * kSec, 4 * kSec);
+      std::printf("   %5.1f (%5.1f) m/l %.2f", o.share, o.worst_second, o.marks_per_launch);
+      EXPECT_NEAR(o.share, target, 3.0) << mix.name << " at " << target;
+      EXPECT_NEAR(o.worst_second, target, 3.0) << mix.name << " at " << target;
+    }
+    std::printf("\n");
+  }
+}
+
+// Each mark is one cuEventRecord (about 1.2 us on an H200, against 4.3 us for a launch). Every
+// throttle sleep restarts the stream from empty, so the lower the share the more marks.
+TEST(AccuracyTest, MarkingCostStaysSmallForSmallKernels) {
+  WorkloadSpec w;
+  w.kernels_ns = {5 * kUs};
+  EXPECT_LT(RunAlone(w, 30, 1 * kSec, 2 * kSec).marks_per_launch, 0.2);
+  EXPECT_LT(RunAlone(w, 90, 1 * kSec, 2 * kSec).marks_per_launch, 0.06);
+}
+
+// Host-bound: a 5 us kernel, then a synchronisation, every time. The stream is idle at every
+// launch, so every interval starts at a begin event; the residual begin skew is the error.
+TEST(AccuracyTest, HostBoundLaunchAndSyncLoop) {
+  WorkloadSpec w;
+  w.kernels_ns = {5 * kUs};
+  w.sync_every = 1;
+  Outcome natural = RunAlone(w, 0, 200 * kMs, 1 * kSec, false);
+  for (int target : {10, 30}) {
+    Outcome o = RunAlone(w, target, 1 * kSec, 3 * kSec);
+    std::printf("launch+sync 5 us kernels at %d: %.1f (natural %.1f)\n", target, o.share,
+                natural.share);
+    EXPECT_NEAR(o.share, target, 3.0);
+  }
+}
+
+TEST(AccuracyTest, WorkloadBelowItsLimitIsNotSlowedDown) {
+  WorkloadSpec w;
+  w.kernels_ns = {50 * kUs};
+  w.sync_every = 1;
+  w.think_after_sync_ns = 200 * kUs;  // wants ~20%
+  Outcome natural = RunAlone(w, 0, 1 * kSec, 3 * kSec, false);
+  Outcome limited = RunAlone(w, 30, 1 * kSec, 3 * kSec);
+  ASSERT_LT(natural.share, 27);
+  EXPECT_NEAR(limited.share, natural.share, 1.0);
+}
+
+TEST(AccuracyTest, BurstyWorkloadGetsItsShareWhileActive) {
+  // On for 1 s, off for 1 s (two threads taking turns); measured during the on phases.
+  Simulation sim;
+  ContainerSpec spec;
+  spec.limits = ComputeLimits::FromPercent(30, 0, 1);
+  int c = sim.AddContainer(spec);
+  int p = sim.AddProcess(c);
+  for (int phase = 0; phase < 3; ++phase) {
+    WorkloadSpec w;
+    w.kernels_ns = {100 * kUs, 1 * kMs};
+    w.start_ns = phase * 2 * kSec;
+    w.stop_ns = w.start_ns + kSec;
+    sim.AddThread(p, w);
+  }
+  sim.RunUntil(6 * kSec);
+  for (int phase = 0; phase < 3; ++phase) {
+    int64_t on = phase * 2 * kSec;
+    EXPECT_NEAR(100 * sim.ContainerShare(c, on + 100 * kMs, on + kSec), 30, 3) << phase;
+    EXPECT_LT(100 * sim.ContainerShare(c, on + kSec + 50 * kMs, on + 2 * kSec), 1) << phase;
+  }
+}
+
+TEST(AccuracyTest, ConcurrentStreamsOfOneProcessShareItsLimit) {
+  WorkloadSpec w;
+  w.kernels_ns = {1 * kMs, 20 * kUs};
+  w.streams = 3;
+  for (int target : {30, 60}) {
+    Outcome o = RunAlone(w, target, 1 * kSec, 3 * kSec);
+    EXPECT_NEAR(o.share, target, 3.0) << target;
+  }
+}
+
+// Random workloads (kernel sizes 2 us to 10 ms, graphs, 1-3 streams, synchronisation, host think
+// time) at random limits. The limit is a cap: never more than target + 3. And a workload whose
+// kernels are all >= 20 us gets min(target, what it achieves unlimited) - 3 at least. (Kernels
+// of a few us launched as fast as the host can are the documented exception: the tracker's own
+// event records slow such a launcher down, and launch gaps count as busy.)
+WorkloadSpec RandomWorkload(std::mt19937_64& rng) {
+  const int64_t sizes[] = {2 * kUs, 5 * kUs, 20 * kUs, 50 * kUs, 200 * kUs, 1 * kMs, 2 * kMs, 10 * kMs};
+  WorkloadSpec w;
+  w.kernels_ns.clear();
+  for (int i = 0, n = 1 + static_cast<int>(rng() % 4); i < n; ++i) w.kernels_ns.push_back(sizes[rng() % 8]);
+  w.shuffle = rng() % 2;
+  w.seed = rng();
+  if (rng() % 4 == 0) w.graph_kernels = 2 + static_cast<int>(rng() % 20);
+  w.streams = 1 + static_cast<int>(rng() % 3);
+  if (rng() % 3 == 0) w.sync_every = 1 + static_cast<int>(rng() % 50);
+  if (rng() % 3 == 0) w.think_ns = static_cast<int64_t>(rng() % 200) * kUs / 10;
+  if (rng() % 3 == 0) w.think_after_sync_ns = static_cast<int64_t>(rng() % 100) * kUs;
+  return w;
+}
+
+TEST(AccuracyTest, RandomWorkloadsNeverExceedTheirLimit) {
+  std::mt19937_64 rng(20251120);
+  for (int i = 0; i < 24; ++i) {
+    WorkloadSpec w = RandomWorkload(rng);
+    int target = 5 + static_cast<int>(rng() % 90);
+    double natural = RunAlone(w, 0, 500 * kMs, 1500 * kMs, /*use_limiter=*/false).share;
+    double share = RunAlone(w, target, 2 * kSec, 4 * kSec).share;
+    EXPECT_LE(share, target + 3) << "case " << i;
+    bool small_kernels = *std::min_element(w.kernels_ns.begin(), w.kernels_ns.end()) < 20 * kUs;
+    if (!small_kernels) {
+      EXPECT_GE(share, std::min<double>(target, natural) - 3) << "case " << i;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace vgpu::compute::sim

@@ -1,0 +1,414 @@
+#include "compute/busy_tracker.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace vgpu::compute {
+
+void PollResult::Add(const PollResult& other) {
+  busy_ns += other.busy_ns;
+  estimated_ns += other.estimated_ns;
+  unmeasured_ns += other.unmeasured_ns;
+  intervals += other.intervals;
+}
+
+BusyTracker::BusyTracker(GpuEventOps* ops, const BusyTrackerOptions& options)
+    : ops_(ops), options_(options), union_(512) {}
+
+BusyTracker::~BusyTracker() { Reset(true); }
+
+// --- Streams -------------------------------------------------------------------------------
+
+int BusyTracker::FindOrCreateLocked(StreamKey stream) {
+  auto it = index_.find(stream);
+  if (it != index_.end()) return it->second;
+  if (static_cast<int>(index_.size()) >= options_.max_streams) return -1;
+  int slot;
+  if (!free_slots_.empty()) {
+    slot = free_slots_.back();
+    free_slots_.pop_back();
+  } else {
+    slot = static_cast<int>(slots_.size());
+    slots_.emplace_back();
+  }
+  StreamState& st = slots_[slot];
+  uint32_t generation = st.generation + 1;
+  st = StreamState{};
+  st.key = stream;
+  st.generation = generation;
+  st.in_use = true;
+  st.window = options_.probe_launches;
+  index_.emplace(stream, slot);
+  ++stats_.streams;
+  return slot;
+}
+
+void BusyTracker::FreeSlotLocked(int slot) {
+  StreamState& st = slots_[slot];
+  uint32_t generation = st.generation;
+  st = StreamState{};
+  st.generation = generation;
+  free_slots_.push_back(slot);
+}
+
+double BusyTracker::EstimateLocked(const StreamState& st) const {
+  if (st.has_estimate) return st.estimate_ns;
+  return has_default_estimate_ ? default_estimate_ns_ : 0.0;
+}
+
+// --- Events --------------------------------------------------------------------------------
+
+bool BusyTracker::AcquireEventLocked(EventId* event) {
+  if (!free_events_.empty()) {
+    *event = free_events_.back();
+    free_events_.pop_back();
+    return true;
+  }
+  if (events_exhausted_ || static_cast<int>(all_events_.size()) >= options_.max_events) return false;
+  if (!ops_->Create(event)) {
+    events_exhausted_ = true;  // do not retry a failing create on every launch
+    ++stats_.event_errors;
+    return false;
+  }
+  all_events_.push_back(*event);
+  ++stats_.events_created;
+  return true;
+}
+
+void BusyTracker::ReleaseEventLocked(EventId event) { free_events_.push_back(event); }
+
+// Records a begin (before a launch, idle stream) or a mark closing the tail (after launches).
+bool BusyTracker::RecordLocked(StreamState& st, bool begin, int64_t now) {
+  if (static_cast<int>(st.pending.size()) >= options_.max_pending_per_stream) return false;
+  EventId event;
+  if (!AcquireEventLocked(&event)) return false;
+  if (!ops_->Record(event, st.key)) {
+    ReleaseEventLocked(event);
+    ++stats_.event_errors;
+    return false;
+  }
+  st.pending.push_back(PendingMark{event, begin ? 0 : st.tail_launches, begin,
+                                   !begin && st.gap_unmarked, begin ? 0 : st.tail_estimate_ns,
+                                   now, union_.horizon()});
+  st.gap_unmarked = false;
+  ++stats_.marks;
+  if (begin) ++stats_.begins;
+  st.pending_launches += begin ? 0 : st.tail_launches;
+  st.pending_estimate_ns += begin ? 0 : st.tail_estimate_ns;
+  st.last_event = event;
+  st.has_last_event = true;
+  st.last_event_is_begin = begin;
+  st.tail_launches = 0;
+  st.tail_estimate_ns = 0;
+  st.last_mark_ns = now;
+  return true;
+}
+
+// Closes the tail with a mark and adapts K: if the previous mark is still pending, the queue
+// held the whole tail, so no gap can hide in it and marks can be sparser; otherwise denser.
+// A begin says nothing about depth (it was recorded right before the tail, on an idle stream).
+void BusyTracker::MarkTailLocked(StreamState& st, int64_t now) {
+  if (st.tail_launches == 0) return;
+  if (st.has_last_event && !st.last_event_is_begin) {
+    ++stats_.queries;
+    bool previous_pending = ops_->Query(st.last_event) == EventState::kNotReady;
+    st.mark_interval = previous_pending
+                           ? std::min(st.mark_interval * 2, options_.max_mark_interval)
+                           : std::max(st.mark_interval / 2, 1);
+  }
+  RecordLocked(st, /*begin=*/false, now);
+  // On failure the tail stays open and is retried at the next launch (its estimate stands in).
+}
+
+// Whether nothing submitted to the stream is still running. Only answerable when the tail is
+// empty (the last event follows every launch).
+bool BusyTracker::StreamIdleLocked(StreamState& st) {
+  if (st.tail_launches > 0) return false;
+  if (!st.has_last_event) return true;
+  ++stats_.queries;
+  EventState state = ops_->Query(st.last_event);
+  if (state == EventState::kNotReady) return false;
+  if (state == EventState::kError) ++stats_.event_errors;
+  return true;  // complete (or broken: restart the chain either way)
+}
+
+// While a tail grows (checked at tail lengths 1, 2, 4, 8, ...: log2(K) queries per K launches),
+// a completed last mark means the queue is shallower than the tail: the stream may run dry
+// between launches, where only K = 1 sees the gaps. Mark from this launch on.
+void BusyTracker::CollapseIntervalIfShallowLocked(StreamState& st) {
+  int32_t tail = st.tail_launches;
+  if (tail == 0 || (tail & (tail - 1)) != 0 || st.mark_interval == 1) return;
+  if (!st.has_last_event || st.last_event_is_begin) return;
+  ++stats_.queries;
+  if (ops_->Query(st.last_event) != EventState::kNotReady) st.mark_interval = 1;
+}
+
+// --- Launch path ---------------------------------------------------------------------------
+
+// How much a stream may have queued: at most `window` unfinished launches, and at most
+// max_inflight_work_ns of work at a conservative cost per launch.
+int64_t BusyTracker::InflightWaitLocked(StreamState& st, int64_t now) {
+  int64_t unfinished = st.pending_launches + st.tail_launches;
+  if (unfinished >= st.window) return options_.probe_wait_ns;
+  double cost = std::max(EstimateLocked(st), st.max_cost_ns);
+  if (static_cast<double>(unfinished) * cost > static_cast<double>(options_.max_inflight_work_ns)) {
+    return options_.probe_wait_ns;
+  }
+  if (!st.pending.empty() && now - st.pending.front().host_ns > options_.max_inflight_age_ns) {
+    return options_.probe_wait_ns;
+  }
+  return 0;
+}
+
+int64_t BusyTracker::BeforeLaunch(StreamKey stream, int64_t now, LaunchTicket* ticket) {
+  std::lock_guard<std::mutex> lock(mu_);
+  *ticket = LaunchTicket{};
+  int slot = FindOrCreateLocked(stream);
+  if (slot < 0) return 0;  // table full: launch untracked (estimated by the caller's default)
+  StreamState& st = slots_[slot];
+  int64_t wait = InflightWaitLocked(st, now);
+  if (wait > 0) {
+    MarkTailLocked(st, now);  // so that the wait can observe the tail's completion
+    if (!st.pending.empty()) return wait;
+    // Nothing to wait for (no events available): measuring is impossible, launch unmetered.
+  }
+  CollapseIntervalIfShallowLocked(st);
+  if (StreamIdleLocked(st)) {
+    st.mark_interval = 1;  // the queue starts empty: mark densely until it is seen deep again
+    if (!RecordLocked(st, /*begin=*/true, now)) {
+      st.gap_unmarked = true;  // the next interval would include the idle gap: do not measure it
+    }
+  }
+  ticket->slot = slot;
+  ticket->generation = st.generation;
+  return 0;
+}
+
+int64_t BusyTracker::AfterLaunch(const LaunchTicket& ticket, bool launched, int64_t now,
+                                 PollResult* polled) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!launched) return 0;
+  ++stats_.launches;
+  int64_t estimate = 0;
+  if (ticket.slot >= 0 && slots_[ticket.slot].generation == ticket.generation &&
+      slots_[ticket.slot].in_use && !slots_[ticket.slot].retired) {
+    StreamState& st = slots_[ticket.slot];
+    estimate = std::llround(EstimateLocked(st));
+    st.tail_launches += 1;
+    st.tail_estimate_ns += estimate;
+    st.last_launch_ns = now;
+    if (st.tail_launches >= st.mark_interval || now - st.last_mark_ns >= options_.max_mark_age_ns) {
+      MarkTailLocked(st, now);
+    }
+  } else if (has_default_estimate_) {
+    estimate = std::llround(default_estimate_ns_);  // untracked: the estimate is the charge
+  }
+  if (now - last_poll_ns_ >= options_.poll_period_ns && polled != nullptr) {
+    polled->Add(PollLocked(now));
+  }
+  return estimate;
+}
+
+void BusyTracker::Flush(int64_t now) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (StreamState& st : slots_) {
+    if (st.in_use && !st.retired) MarkTailLocked(st, now);
+  }
+}
+
+PollResult BusyTracker::Tick(int64_t now) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (StreamState& st : slots_) {
+    if (st.in_use && !st.retired && st.tail_launches > 0 &&
+        now - st.last_launch_ns >= options_.tick_flush_age_ns) {
+      MarkTailLocked(st, now);
+    }
+  }
+  return PollLocked(now);
+}
+
+bool BusyTracker::HasPendingWork() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const StreamState& st : slots_) {
+    if (st.in_use && (st.tail_launches > 0 || st.pending_launches > 0)) return true;
+  }
+  return false;
+}
+
+void BusyTracker::OnStreamDestroyed(StreamKey stream, int64_t now) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = index_.find(stream);
+  if (it == index_.end()) return;
+  int slot = it->second;
+  index_.erase(it);
+  StreamState& st = slots_[slot];
+  MarkTailLocked(st, now);
+  if (st.pending.empty()) {
+    FreeSlotLocked(slot);
+  } else {
+    st.retired = true;  // PollLocked frees it once drained
+  }
+}
+
+void BusyTracker::Reset(bool destroy_events) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (destroy_events) {
+    for (EventId e : all_events_) ops_->Destroy(e);
+  }
+  all_events_.clear();
+  free_events_.clear();
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    if (slots_[i].in_use) FreeSlotLocked(static_cast<int>(i));
+  }
+  index_.clear();
+  union_ = IntervalUnion(512);
+  has_anchor_ = false;
+  events_exhausted_ = false;
+}
+
+TrackerStats BusyTracker::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+// --- Completion path -----------------------------------------------------------------------
+
+// GPU time of a completed event on the tracker's common time base.
+bool BusyTracker::AbsoluteTimeLocked(EventId event, int64_t* time) {
+  if (!has_anchor_) {
+    anchor_ = event;
+    has_anchor_ = true;
+    anchor_time_ns_ = 0;
+    *time = 0;
+    return true;
+  }
+  float ms = 0;
+  if (!ops_->ElapsedMs(anchor_, event, &ms) || !std::isfinite(ms)) {
+    ++stats_.event_errors;
+    return false;
+  }
+  *time = anchor_time_ns_ + std::llround(static_cast<double>(ms) * 1e6);
+  if (std::llabs(*time - anchor_time_ns_) > options_.rebase_after_ns) {
+    ReleaseEventLocked(anchor_);  // the newer event becomes the anchor (float precision)
+    anchor_ = event;
+    anchor_time_ns_ = *time;
+  }
+  return true;
+}
+
+// Learns from a measured interval: the per-launch estimate (EWMA), a slowly decaying maximum
+// per-launch cost (for the queued-work bound), and the stream's window of unfinished launches,
+// which grows by the launches that completed (slow start) and halves when the work turned out
+// much larger than estimated (the estimate cannot be trusted to bound the queue).
+void BusyTracker::LearnLocked(StreamState& st, const PendingMark& mark, int64_t busy_ns) {
+  if (mark.launches <= 0) return;
+  double per_launch = static_cast<double>(busy_ns) / mark.launches;
+  double g = options_.estimate_gain;
+  st.estimate_ns = st.has_estimate ? st.estimate_ns + g * (per_launch - st.estimate_ns) : per_launch;
+  st.has_estimate = true;
+  default_estimate_ns_ = has_default_estimate_
+                             ? default_estimate_ns_ + g * (per_launch - default_estimate_ns_)
+                             : per_launch;
+  has_default_estimate_ = true;
+  st.max_cost_ns = std::max(per_launch, st.max_cost_ns * options_.max_cost_decay);
+  bool undershoot = busy_ns > 2 * mark.estimate_ns && busy_ns - mark.estimate_ns > 1'000'000;
+  st.window = undershoot ? std::max(st.window / 2, options_.probe_launches)
+                         : std::min(st.window + mark.launches, options_.max_inflight_launches);
+}
+
+PollResult BusyTracker::ProcessMarkLocked(StreamState& st, const PendingMark& mark) {
+  PollResult result;
+  int64_t time = 0;
+  bool timed = AbsoluteTimeLocked(mark.event, &time);
+  if (!(has_anchor_ && anchor_ == mark.event)) ReleaseEventLocked(mark.event);
+  if (st.has_last_event && st.last_event == mark.event) st.has_last_event = false;
+  st.pending_launches -= mark.launches;
+  st.pending_estimate_ns -= mark.estimate_ns;
+  if (!mark.begin) {
+    result.intervals = 1;
+    result.estimated_ns = mark.estimate_ns;
+    if (timed && st.chain_open && !mark.unmeasurable) {
+      int64_t begin = st.chain_time_ns;
+      if (st.chain_from_begin) begin += std::min(options_.begin_skew_ns, (time - begin) / 2);
+      result.busy_ns = union_.Add(begin, time);
+      LearnLocked(st, mark, result.busy_ns);
+    } else {
+      result.busy_ns = mark.estimate_ns;  // interval not measurable: the estimate stands
+      result.unmeasured_ns = mark.estimate_ns;
+    }
+  }
+  st.chain_open = timed;
+  st.chain_time_ns = time;
+  st.chain_from_begin = mark.begin;
+  return result;
+}
+
+// A broken event: the interval it closes cannot be measured; its estimate stands.
+void BusyTracker::DropPendingLocked(StreamState& st, PollResult* result) {
+  const PendingMark& mark = st.pending.front();
+  ++stats_.event_errors;
+  if (!mark.begin) {
+    result->busy_ns += mark.estimate_ns;
+    result->estimated_ns += mark.estimate_ns;
+    result->unmeasured_ns += mark.estimate_ns;
+    result->intervals += 1;
+  }
+  st.pending_launches -= mark.launches;
+  st.pending_estimate_ns -= mark.estimate_ns;
+  if (st.has_last_event && st.last_event == mark.event) st.has_last_event = false;
+  ReleaseEventLocked(mark.event);
+  st.chain_open = false;
+  st.pending.pop_front();
+}
+
+PollResult BusyTracker::DrainStreamLocked(StreamState& st) {
+  PollResult result;
+  while (!st.pending.empty()) {
+    ++stats_.queries;
+    EventState state = ops_->Query(st.pending.front().event);
+    if (state == EventState::kNotReady) break;
+    if (state == EventState::kError) {
+      DropPendingLocked(st, &result);
+      continue;
+    }
+    PendingMark mark = st.pending.front();
+    st.pending.pop_front();
+    result.Add(ProcessMarkLocked(st, mark));
+  }
+  return result;
+}
+
+PollResult BusyTracker::PollLocked(int64_t now) {
+  last_poll_ns_ = now;
+  PollResult result;
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    StreamState& st = slots_[i];
+    if (!st.in_use || st.pending.empty()) continue;
+    result.Add(DrainStreamLocked(st));
+    if (st.retired && st.pending.empty()) FreeSlotLocked(static_cast<int>(i));
+  }
+  PruneUnionLocked();
+  return result;
+}
+
+PollResult BusyTracker::Poll(int64_t now) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return PollLocked(now);
+}
+
+// No future interval can start before: an open chain's current time (its next interval starts
+// there), or, for a chain that restarts with a begin, the union horizon when that begin was
+// recorded (everything processed before then had completed before it).
+void BusyTracker::PruneUnionLocked() {
+  int64_t floor = union_.horizon();
+  for (const StreamState& st : slots_) {
+    if (!st.in_use || st.pending.empty()) continue;
+    const PendingMark& next = st.pending.front();
+    int64_t bound = (st.chain_open && !next.begin) ? st.chain_time_ns : next.horizon;
+    floor = std::min(floor, bound);
+  }
+  if (floor != std::numeric_limits<int64_t>::min()) union_.PruneBefore(floor);
+}
+
+}  // namespace vgpu::compute

@@ -1,0 +1,228 @@
+// BusyTracker: turns timing events sampled on a process's streams into GPU busy time.
+//
+// One tracker per (process, device). The launch hooks tell it about every launch; it records a
+// timing event ("mark") behind some of them, polls the marks for completion and converts their
+// GPU timestamps into busy time, which is charged after completion. What it measures:
+//
+//   - A stream's chain of marks M0, M1, ...: while the stream never ran dry, the GPU time between
+//     two consecutive marks is busy time of that stream (everything in between ran back to back).
+//   - Idle gaps. A stream can only run dry when a launch is submitted after everything before it
+//     finished. Before a launch whose stream has no unmarked launches (tail == 0), the tracker
+//     queries the last mark: if it is complete the stream is idle, and a "begin" event is recorded
+//     before the launch, so the gap [last mark, begin] is not counted. Launches between marks are
+//     not individually visible, so the mark interval K adapts per stream: it starts at 1 after
+//     every begin (the queue is empty), doubles while the previous mark is still pending when
+//     the next is recorded (the queue held the whole tail, so no gap can hide in it), halves
+//     otherwise, and drops to 1 as soon as the last mark is seen complete while a tail grows
+//     (checked at tail lengths 1, 2, 4, ...). Flush() closes every tail; the limiter calls it
+//     before a throttle sleep and the hooks before a synchronisation, which are exactly when
+//     streams run dry.
+//   - Concurrency. Busy time is the union over the process's streams on the device, not the sum:
+//     mark timestamps are put on one time base (ElapsedMs against an anchor event, re-based every
+//     rebase_after_ns so float ms keep sub-microsecond precision) and merged in an IntervalUnion.
+//   - Graphs and anything else enqueued between marks count as the stream being busy (a graph
+//     launch is one launch; its span is what the marks see).
+//
+// Estimates. Each stream keeps an EWMA of busy time per launch. AfterLaunch returns the estimate
+// for the launch (the limiter charges it at submission, so the budget reacts before completion);
+// Poll reports, per batch of completed intervals, the measured busy time and the estimates that
+// were charged for the launches they cover, so the caller charges the difference. Work whose
+// marks are lost (event errors, a reset) keeps its estimate as its charge.
+//
+// Queue bound. Work already on the GPU cannot be throttled any more, and its cost is known only
+// after it ran, so a stream may have only a bounded amount queued: at most `window` unfinished
+// launches (starting at probe_launches, growing by every launch that completes, halving when an
+// interval costs far more than estimated: TCP-like slow start), and at most max_inflight_work_ns
+// at a conservative cost per launch (the larger of the estimate and a decaying maximum). This
+// keeps a first burst of mis-estimated launches, or a drop of the share (priority), from
+// finding seconds of work queued.
+//
+// Limits of the method (see docs/compute.md): a gap that opens in the middle of a tail (between
+// two marks, with no Flush in between) is counted as busy; time a stream waits on something other
+// than its own kernels (another context's time slice, a host callback, a copy) counts as busy.
+//
+// Thread safety: all methods may be called concurrently; one internal mutex. GpuEventOps calls
+// are made under it. After fork() the child must not use the parent's tracker (its mutex may be
+// held by a thread that does not exist in the child; its events belong to the parent's
+// context): abandon it and build a new one.
+//
+// Cost per launch (H200, driver 580: cuEventRecord 1.1-1.5 us, cuEventQuery 0.22 us, a launch
+// 4.3 us): the mutex and a hash lookup; one query when the stream's tail is empty; one Record
+// per K launches plus a begin per idle start; a Poll at most every poll_period_ns.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "compute/gpu_events.h"
+#include "compute/interval_union.h"
+
+namespace vgpu::compute {
+
+struct BusyTrackerOptions {
+  int max_mark_interval = 64;              // K never exceeds this
+  int64_t max_mark_age_ns = 2'000'000;     // a tail this old (host time) is marked at the next launch
+  int64_t poll_period_ns = 250'000;        // AfterLaunch polls completions at most this often
+  int64_t tick_flush_age_ns = 200'000;     // Tick() closes tails whose last launch is this old
+  int probe_launches = 2;                  // a new stream's window of unfinished launches
+  int max_inflight_launches = 1024;        // the window never grows beyond this
+  double max_cost_decay = 0.95;            // per interval, of the maximum cost per launch
+  int64_t probe_wait_ns = 200'000;         // wait handed out while the queue is too deep
+  // Launches wait while a stream has more than this much estimated work queued on the GPU, or
+  // its oldest unfinished mark is older than max_inflight_age_ns. Bounds what is already
+  // committed when the share drops (priority), even for an unlimited container.
+  int64_t max_inflight_work_ns = 20'000'000;
+  int64_t max_inflight_age_ns = 50'000'000;
+  int max_pending_per_stream = 256;        // more unfinished marks than this: no new marks
+  int max_events = 4096;                   // events created in total
+  int max_streams = 1024;                  // streams tracked (more: launches are estimated, unmarked)
+  int64_t rebase_after_ns = 500'000'000;   // anchor distance before re-basing
+  double estimate_gain = 0.25;             // EWMA gain of the per-launch estimate
+  // An interval that starts at a begin event overstates busy time by about this much: on an
+  // H200 (driver 580), [begin, mark] around one launch on an idle stream exceeded NVML's
+  // GPU-Util busy time by 0.5-1.4 us, 0.8 on average (docs/compute.md). At most half the interval.
+  int64_t begin_skew_ns = 1'000;
+};
+
+// Returned by BeforeLaunch, passed back to AfterLaunch.
+struct LaunchTicket {
+  int32_t slot = -1;          // stream slot, -1 = untracked
+  uint32_t generation = 0;    // slot generation (a retired slot is never confused with its reuse)
+};
+
+// Busy time that completed marks revealed.
+struct PollResult {
+  int64_t busy_ns = 0;         // busy time to charge for the covered launches (union-measured)
+  int64_t estimated_ns = 0;    // estimates charged at submission for those same launches
+  int64_t unmeasured_ns = 0;   // part of busy_ns that is an estimate standing in for a lost mark
+  int intervals = 0;
+  void Add(const PollResult& other);
+};
+
+struct TrackerStats {
+  int64_t launches = 0;
+  int64_t marks = 0;           // marks recorded (including begins)
+  int64_t begins = 0;          // of which begins (idle stream detected)
+  int64_t queries = 0;
+  int64_t event_errors = 0;
+  int streams = 0;
+  int events_created = 0;
+};
+
+class BusyTracker {
+ public:
+  // `ops` must outlive the tracker.
+  BusyTracker(GpuEventOps* ops, const BusyTrackerOptions& options);
+  // Destroys every event it created (REQUIRES: their context is still alive, else Reset(false)).
+  ~BusyTracker();
+  BusyTracker(const BusyTracker&) = delete;
+  BusyTracker& operator=(const BusyTracker&) = delete;
+
+  // Before submitting a launch on `stream`. Returns 0 and fills *ticket: submit now, then call
+  // AfterLaunch. Or returns > 0: the stream has too much unmeasured work in flight (its cost is
+  // still unknown, or its oldest unfinished mark is older than max_inflight_age_ns); wait that
+  // long, poll, and ask again. Records a begin event when the stream is idle.
+  int64_t BeforeLaunch(StreamKey stream, int64_t now, LaunchTicket* ticket);
+
+  // After the launch call returned; launched=false when it failed (nothing was enqueued).
+  // Returns the launch's estimated busy time (0 when unknown or not launched). May record a mark
+  // and may poll (results added to *polled).
+  int64_t AfterLaunch(const LaunchTicket& ticket, bool launched, int64_t now, PollResult* polled);
+
+  // Processes every completed mark.
+  PollResult Poll(int64_t now);
+  // Records a mark behind every stream's unmarked launches (before a throttle sleep, before a
+  // synchronising call: the points where streams run dry).
+  void Flush(int64_t now);
+  // Periodic housekeeping from a background thread (optional): polls, and closes tails whose last
+  // launch is older than tick_flush_age_ns. Returns what the poll found.
+  PollResult Tick(int64_t now);
+  // True when some launch is still unmeasured (work may be in flight).
+  bool HasPendingWork() const;
+
+  // REQUIRES: called BEFORE the stream is destroyed (its tail is marked on it). Its pending marks
+  // are still processed; a new stream with the same key starts afresh.
+  void OnStreamDestroyed(StreamKey stream, int64_t now);
+  // Forgets all streams and marks. destroy_events=false when their context is already gone.
+  void Reset(bool destroy_events);
+
+  TrackerStats stats() const;
+
+ private:
+  struct PendingMark {
+    EventId event;
+    int32_t launches;          // launches covered (since the previous event on the stream)
+    bool begin;                // recorded before a launch on an idle stream
+    bool unmeasurable;         // an idle gap inside this interval could not be cut out
+    int64_t estimate_ns;       // estimates charged for those launches
+    int64_t host_ns;           // when it was recorded (host clock)
+    int64_t horizon;           // union horizon when it was recorded (pruning bound)
+  };
+  struct StreamState {
+    StreamKey key = 0;
+    uint32_t generation = 0;
+    bool in_use = false;
+    bool retired = false;            // stream destroyed; draining its pending marks
+    std::deque<PendingMark> pending;
+    EventId last_event = 0;          // most recent event recorded on the stream
+    bool has_last_event = false;     // false: none yet, or it was processed (known complete)
+    bool last_event_is_begin = false;
+    int32_t tail_launches = 0;       // launches after last_event
+    int64_t tail_estimate_ns = 0;
+    int64_t last_launch_ns = 0;
+    int64_t last_mark_ns = 0;
+    int32_t mark_interval = 1;       // K
+    int32_t pending_launches = 0;    // launches covered by `pending`
+    int64_t pending_estimate_ns = 0; // estimates of those launches
+    int32_t window = 0;              // unfinished launches allowed (slow start)
+    double max_cost_ns = 0;          // decaying maximum of the measured cost per launch
+    bool gap_unmarked = false;       // idle, but the begin could not be recorded
+    bool chain_open = false;         // chain_time_ns starts the next interval
+    bool chain_from_begin = false;   // ... and it is a begin event (subtract begin_skew_ns)
+    int64_t chain_time_ns = 0;
+    double estimate_ns = 0;
+    bool has_estimate = false;
+  };
+
+  int FindOrCreateLocked(StreamKey stream);
+  int64_t InflightWaitLocked(StreamState& st, int64_t now);
+  bool StreamIdleLocked(StreamState& st);
+  void CollapseIntervalIfShallowLocked(StreamState& st);
+  bool RecordLocked(StreamState& st, bool begin, int64_t now);
+  void MarkTailLocked(StreamState& st, int64_t now);
+  bool AcquireEventLocked(EventId* event);
+  void ReleaseEventLocked(EventId event);
+  bool AbsoluteTimeLocked(EventId event, int64_t* time);
+  PollResult DrainStreamLocked(StreamState& st);
+  PollResult ProcessMarkLocked(StreamState& st, const PendingMark& mark);
+  void LearnLocked(StreamState& st, const PendingMark& mark, int64_t busy_ns);
+  void DropPendingLocked(StreamState& st, PollResult* result);
+  PollResult PollLocked(int64_t now);
+  void PruneUnionLocked();
+  void FreeSlotLocked(int slot);
+  double EstimateLocked(const StreamState& st) const;
+
+  GpuEventOps* const ops_;
+  const BusyTrackerOptions options_;
+
+  mutable std::mutex mu_;
+  std::vector<StreamState> slots_;                 // guarded by mu_
+  std::vector<int> free_slots_;                    // guarded by mu_
+  std::unordered_map<StreamKey, int> index_;       // live streams only; guarded by mu_
+  std::vector<EventId> free_events_;               // guarded by mu_
+  std::vector<EventId> all_events_;                // guarded by mu_
+  IntervalUnion union_;                            // guarded by mu_
+  EventId anchor_ = 0;                             // guarded by mu_
+  bool has_anchor_ = false;                        // guarded by mu_
+  int64_t anchor_time_ns_ = 0;                     // guarded by mu_
+  int64_t last_poll_ns_ = 0;                       // guarded by mu_
+  double default_estimate_ns_ = 0;                 // guarded by mu_
+  bool has_default_estimate_ = false;              // guarded by mu_
+  bool events_exhausted_ = false;                  // guarded by mu_
+  TrackerStats stats_;                             // guarded by mu_
+};
+
+}  // namespace vgpu::compute

@@ -1,0 +1,396 @@
+// BusyTracker against the simulated GPU with exact timing (no latencies, no costs), so that the
+// measured busy time can be compared with the model's ground truth to the nanosecond.
+#include "compute/busy_tracker.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "compute/sim_model.h"
+
+namespace vgpu::compute {
+namespace {
+
+using sim::SimEventOps;
+using sim::SimGpu;
+using sim::SimGpuParams;
+
+constexpr int64_t kUs = 1'000;
+constexpr int64_t kMs = 1'000'000;
+
+SimGpuParams ExactGpu() {
+  SimGpuParams p;
+  p.kernel_overhead_ns = 0;
+  p.submit_latency_ns = 0;
+  p.event_resolution_ns = 1;
+  return p;
+}
+
+BusyTrackerOptions ExactOptions() {
+  BusyTrackerOptions o;
+  o.begin_skew_ns = 0;
+  return o;
+}
+
+// Failure injection around the simulated ops.
+class FaultyOps final : public GpuEventOps {
+ public:
+  explicit FaultyOps(GpuEventOps* inner) : inner_(inner) {}
+  bool Create(EventId* e) override { return !fail_create && inner_->Create(e); }
+  void Destroy(EventId e) override {
+    ++destroyed;
+    inner_->Destroy(e);
+  }
+  bool Record(EventId e, StreamKey s) override {
+    if (fail_record) return false;
+    last_recorded = e;
+    return inner_->Record(e, s);
+  }
+  EventState Query(EventId e) override {
+    return broken.count(e) ? EventState::kError : inner_->Query(e);
+  }
+  bool ElapsedMs(EventId a, EventId b, float* ms) override { return inner_->ElapsedMs(a, b, ms); }
+
+  bool fail_create = false;
+  bool fail_record = false;
+  std::set<EventId> broken;
+  EventId last_recorded = 0;
+  int destroyed = 0;
+
+ private:
+  GpuEventOps* inner_;
+};
+
+// One context, two streams, a tracker, and a clock the test moves.
+class Rig {
+ public:
+  explicit Rig(const BusyTrackerOptions& options = ExactOptions())
+      : gpu_(ExactGpu()),
+        ctx_(gpu_.AddContext()),
+        s0(gpu_.AddStream(ctx_)),
+        s1(gpu_.AddStream(ctx_)),
+        sim_ops_(&gpu_, ctx_, sim::SimOpCosts{0, 0, 0}),
+        ops(&sim_ops_),
+        tracker(&ops, options) {}
+
+  // Returns false when the tracker asked to wait instead.
+  bool TryLaunch(int stream, int64_t duration, bool graph = false) {
+    LaunchTicket ticket;
+    if (tracker.BeforeLaunch(stream, now, &ticket) != 0) return false;
+    if (graph) {
+      gpu_.LaunchGraph(stream, now, std::vector<int64_t>(10, duration / 10));
+    } else {
+      gpu_.Launch(stream, now, duration);
+    }
+    last_estimate = tracker.AfterLaunch(ticket, true, now, &result);
+    return true;
+  }
+  // Launches, first waiting (and polling) as long as the tracker asks; counts the waits.
+  bool Launch(int stream, int64_t duration, bool graph = false) {
+    for (int i = 0; i < 1000; ++i) {
+      if (TryLaunch(stream, duration, graph)) return true;
+      ++waits;
+      Advance(options_probe_wait);
+      Measured();
+    }
+    return false;
+  }
+  void Advance(int64_t dt) {
+    now += dt;
+    gpu_.AdvanceTo(now);
+  }
+  int64_t Measured() {
+    result.Add(tracker.Poll(now));
+    return result.busy_ns;
+  }
+  int64_t Truth() const { return gpu_.ContextBusyNs(ctx_, 0, now + kMs); }
+  SimGpu& gpu() { return gpu_; }
+
+ private:
+  SimGpu gpu_;
+  int ctx_;
+
+ public:
+  int s0;
+  int s1;
+
+ private:
+  SimEventOps sim_ops_;
+
+ public:
+  FaultyOps ops;
+  BusyTracker tracker;
+  int64_t now = 0;
+  int64_t last_estimate = 0;
+  int waits = 0;
+  int64_t options_probe_wait = BusyTrackerOptions().probe_wait_ns;
+  PollResult result;
+};
+
+TEST(BusyTrackerTest, OneKernelOnAnIdleStreamIsItsDuration) {
+  Rig rig;
+  ASSERT_TRUE(rig.Launch(rig.s0, 1 * kMs));
+  rig.Advance(5 * kMs);
+  EXPECT_EQ(rig.Measured(), 1 * kMs);
+  EXPECT_EQ(rig.tracker.stats().begins, 1);
+}
+
+TEST(BusyTrackerTest, IdleGapsBetweenLaunchesAreNotCounted) {
+  Rig rig;
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_TRUE(rig.Launch(rig.s0, 1 * kMs));
+    rig.Advance(4 * kMs);  // the stream runs dry for 3 ms
+  }
+  EXPECT_EQ(rig.Measured(), 5 * kMs);
+  EXPECT_EQ(rig.Truth(), 5 * kMs);
+  EXPECT_EQ(rig.tracker.stats().begins, 5);
+}
+
+TEST(BusyTrackerTest, DeepQueueIsMeasuredWithFewMarks) {
+  Rig rig;
+  for (int i = 0; i < 400; ++i) {
+    ASSERT_TRUE(rig.Launch(rig.s0, 50 * kUs));
+    rig.Advance(5 * kUs);  // launches every 5 us, kernels take 50: the queue grows
+  }
+  rig.tracker.Flush(rig.now);
+  rig.Advance(30 * kMs);
+  EXPECT_EQ(rig.Truth(), 20 * kMs);
+  EXPECT_NEAR(rig.Measured(), rig.Truth(), 1 * kUs);
+  TrackerStats stats = rig.tracker.stats();
+  EXPECT_LT(stats.marks * 5, stats.launches);  // K grew well above 1
+  EXPECT_LE(stats.begins, 4);  // the first launch, and a few while the window opened
+}
+
+TEST(BusyTrackerTest, ConcurrentStreamsCountTheUnionNotTheSum) {
+  Rig rig;
+  ASSERT_TRUE(rig.Launch(rig.s0, 1 * kMs));
+  ASSERT_TRUE(rig.Launch(rig.s1, 1 * kMs));
+  rig.Advance(3 * kMs);
+  EXPECT_EQ(rig.Measured(), 1 * kMs);
+  // Staggered: [0.5, 1.5) on s0 and [1, 2) on s1 (relative to now) -> 1.5 ms.
+  rig.Advance(500 * kUs);
+  ASSERT_TRUE(rig.Launch(rig.s0, 1 * kMs));
+  rig.Advance(500 * kUs);
+  ASSERT_TRUE(rig.Launch(rig.s1, 1 * kMs));
+  rig.Advance(5 * kMs);
+  EXPECT_EQ(rig.Measured(), 2500 * kUs);
+  EXPECT_EQ(rig.Measured(), rig.Truth());
+}
+
+TEST(BusyTrackerTest, LongIntervalOnOneStreamFillsGapsOfAnother) {
+  Rig rig;
+  ASSERT_TRUE(rig.Launch(rig.s0, 10 * kMs));  // one long kernel
+  for (int i = 0; i < 5; ++i) {                // short bursts on s1, polled while s0 still runs
+    ASSERT_TRUE(rig.Launch(rig.s1, 100 * kUs));
+    rig.Advance(1 * kMs);
+    rig.Measured();
+  }
+  rig.Advance(20 * kMs);
+  EXPECT_EQ(rig.Measured(), 10 * kMs);
+}
+
+TEST(BusyTrackerTest, GraphLaunchCountsItsWholeSpan) {
+  Rig rig;
+  ASSERT_TRUE(rig.Launch(rig.s0, 2 * kMs, /*graph=*/true));
+  rig.Advance(10 * kMs);
+  EXPECT_EQ(rig.Measured(), 2 * kMs);
+  EXPECT_EQ(rig.tracker.stats().launches, 1);
+}
+
+// K > 1: a gap inside an unmarked tail is invisible unless the tail is flushed before the
+// stream runs dry. Demonstrates both sides, so that Flush() is known to matter.
+TEST(BusyTrackerTest, FlushBeforeGoingIdleKeepsTheGapOut) {
+  for (bool flush : {false, true}) {
+    Rig rig;
+    for (int round = 0; round < 3; ++round) {
+      for (int i = 0; i < 70; ++i) ASSERT_TRUE(rig.Launch(rig.s0, 100 * kUs));  // deep burst
+      if (flush) rig.tracker.Flush(rig.now);
+      rig.Advance(50 * kMs);  // 7 ms of work, then idle
+      rig.Measured();
+    }
+    ASSERT_TRUE(rig.Launch(rig.s0, 100 * kUs));
+    rig.tracker.Flush(rig.now);
+    rig.Advance(50 * kMs);
+    if (flush) {
+      EXPECT_NEAR(rig.Measured(), rig.Truth(), 1 * kUs);  // float ms from cuEventElapsedTime
+    } else {
+      EXPECT_GT(rig.Measured(), rig.Truth() + 10 * kMs);
+    }
+  }
+}
+
+TEST(BusyTrackerTest, EstimatesFollowTheMeasuredCostPerLaunch) {
+  Rig rig;
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_TRUE(rig.Launch(rig.s0, 200 * kUs));
+    rig.Advance(1 * kMs);
+    rig.Measured();
+  }
+  EXPECT_NEAR(rig.last_estimate, 200 * kUs, 1 * kUs);
+  // Everything estimated at submission was reported back against measured busy time.
+  EXPECT_NEAR(rig.result.busy_ns, 20 * 200 * kUs, 1 * kUs);
+  EXPECT_GT(rig.result.estimated_ns, 18 * 200 * kUs);
+  EXPECT_EQ(rig.result.unmeasured_ns, 0);
+}
+
+TEST(BusyTrackerTest, NewStreamWithUnknownCostIsProbedBeforeFillingTheQueue) {
+  BusyTrackerOptions options = ExactOptions();
+  options.probe_launches = 3;
+  Rig rig(options);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(rig.TryLaunch(rig.s0, 1 * kMs));
+  EXPECT_FALSE(rig.TryLaunch(rig.s0, 1 * kMs));  // cost unknown, 3 launches unmeasured: wait
+  rig.Advance(4 * kMs);
+  rig.Measured();
+  EXPECT_TRUE(rig.TryLaunch(rig.s0, 1 * kMs));  // measured now
+}
+
+TEST(BusyTrackerTest, TooOldUnfinishedWorkMakesLaunchesWait) {
+  BusyTrackerOptions options = ExactOptions();
+  options.max_inflight_age_ns = 10 * kMs;
+  Rig rig(options);
+  ASSERT_TRUE(rig.Launch(rig.s0, 1 * kMs));
+  rig.Advance(2 * kMs);
+  rig.Measured();
+  ASSERT_TRUE(rig.Launch(rig.s0, 100 * kMs));  // a very long kernel
+  rig.Advance(20 * kMs);
+  EXPECT_FALSE(rig.TryLaunch(rig.s0, 1 * kMs));
+  rig.Advance(100 * kMs);
+  rig.Measured();
+  EXPECT_TRUE(rig.TryLaunch(rig.s0, 1 * kMs));
+}
+
+TEST(BusyTrackerTest, QueuedWorkIsBoundedByItsEstimate) {
+  BusyTrackerOptions options = ExactOptions();
+  options.max_inflight_work_ns = 10 * kMs;
+  Rig rig(options);
+  for (int i = 0; i < 20; ++i) {  // learn the cost (1 ms per launch); the window opens to 24
+    ASSERT_TRUE(rig.Launch(rig.s0, 1 * kMs));
+    rig.Advance(2 * kMs);
+    rig.Measured();
+  }
+  int admitted = 0;
+  while (rig.TryLaunch(rig.s0, 1 * kMs) && admitted < 100) ++admitted;  // no time passes
+  EXPECT_EQ(admitted, 11);  // 10 ms queued, then the stream must wait
+  rig.Advance(5 * kMs);
+  rig.Measured();
+  EXPECT_TRUE(rig.TryLaunch(rig.s0, 1 * kMs));
+}
+
+// A first burst of launches whose cost is unknown, or much larger than estimated, must not fill
+// the GPU queue: the window of unfinished launches opens only as launches complete.
+TEST(BusyTrackerTest, SlowStartBoundsABurstOfMisestimatedWork) {
+  Rig rig;
+  for (int i = 0; i < 8; ++i) {  // cheap launches: the estimate says 10 us
+    ASSERT_TRUE(rig.Launch(rig.s0, 10 * kUs));
+    rig.Advance(20 * kUs);
+    rig.Measured();
+  }
+  int admitted = 0;  // now 20 ms kernels, submitted as fast as possible
+  while (rig.TryLaunch(rig.s0, 20 * kMs) && admitted < 1000) ++admitted;
+  EXPECT_LE(admitted, 10);  // the window: 2 + 8 completed launches
+  rig.Advance(100 * kMs);
+  rig.Measured();
+  admitted = 0;
+  while (rig.TryLaunch(rig.s0, 20 * kMs) && admitted < 1000) ++admitted;
+  EXPECT_LE(admitted, 2);  // the decaying maximum cost now bounds the queue to ~20 ms
+}
+
+TEST(BusyTrackerTest, FailedLaunchLeavesNoIdleTimeBehind) {
+  Rig rig;
+  LaunchTicket ticket;
+  ASSERT_EQ(rig.tracker.BeforeLaunch(rig.s0, rig.now, &ticket), 0);  // records a begin
+  EXPECT_EQ(rig.tracker.AfterLaunch(ticket, false, rig.now, nullptr), 0);
+  rig.Advance(10 * kMs);
+  ASSERT_TRUE(rig.Launch(rig.s0, 1 * kMs));
+  rig.Advance(10 * kMs);
+  EXPECT_EQ(rig.Measured(), 1 * kMs);
+}
+
+TEST(BusyTrackerTest, BrokenEventKeepsTheEstimateAsTheCharge) {
+  Rig rig;
+  for (int i = 0; i < 5; ++i) {  // learn the cost
+    ASSERT_TRUE(rig.Launch(rig.s0, 1 * kMs));
+    rig.Advance(2 * kMs);
+    rig.Measured();
+  }
+  ASSERT_TRUE(rig.Launch(rig.s0, 1 * kMs));
+  rig.ops.broken.insert(rig.ops.last_recorded);
+  rig.Advance(2 * kMs);
+  PollResult r = rig.tracker.Poll(rig.now);
+  EXPECT_EQ(r.busy_ns, r.estimated_ns);
+  EXPECT_NEAR(r.unmeasured_ns, 1 * kMs, 1);
+  EXPECT_GE(rig.tracker.stats().event_errors, 1);
+  rig.ops.broken.clear();
+  ASSERT_TRUE(rig.Launch(rig.s0, 1 * kMs));  // measurement resumes with a fresh chain
+  rig.Advance(2 * kMs);
+  EXPECT_EQ(rig.tracker.Poll(rig.now).busy_ns, 1 * kMs);
+}
+
+TEST(BusyTrackerTest, WithoutEventsLaunchesStillProceed) {
+  Rig rig;
+  rig.ops.fail_create = true;
+  for (int i = 0; i < 10; ++i) EXPECT_TRUE(rig.Launch(rig.s0, 1 * kMs));
+  rig.Advance(20 * kMs);
+  EXPECT_EQ(rig.Measured(), 0);
+  EXPECT_EQ(rig.tracker.stats().marks, 0);
+}
+
+TEST(BusyTrackerTest, RecordFailuresDoNotCountIdleGaps) {
+  Rig rig;
+  ASSERT_TRUE(rig.Launch(rig.s0, 1 * kMs));
+  rig.Advance(5 * kMs);
+  rig.ops.fail_record = true;  // the begin for the next launch cannot be recorded
+  ASSERT_TRUE(rig.Launch(rig.s0, 1 * kMs));
+  rig.ops.fail_record = false;
+  ASSERT_TRUE(rig.Launch(rig.s0, 1 * kMs));
+  rig.Advance(10 * kMs);
+  EXPECT_LE(rig.Measured(), 3 * kMs);  // never the 4 ms idle gap
+}
+
+TEST(BusyTrackerTest, DestroyedStreamIsDrainedAndItsKeyStartsAfresh) {
+  Rig rig;
+  ASSERT_TRUE(rig.Launch(rig.s0, 1 * kMs));
+  rig.tracker.OnStreamDestroyed(rig.s0, rig.now);
+  rig.Advance(5 * kMs);
+  EXPECT_EQ(rig.Measured(), 1 * kMs);
+  EXPECT_FALSE(rig.tracker.HasPendingWork());
+  ASSERT_TRUE(rig.Launch(rig.s0, 2 * kMs));  // same key: a new stream
+  rig.Advance(5 * kMs);
+  EXPECT_EQ(rig.Measured(), 3 * kMs);
+  EXPECT_EQ(rig.tracker.stats().streams, 2);
+}
+
+TEST(BusyTrackerTest, StaysExactOverManyRebasesOfTheTimeBase) {
+  BusyTrackerOptions options = ExactOptions();
+  options.rebase_after_ns = 50 * kMs;
+  Rig rig(options);
+  for (int i = 0; i < 300; ++i) {  // 3 s: 60 rebases
+    ASSERT_TRUE(rig.Launch(rig.s0, 3 * kMs));
+    ASSERT_TRUE(rig.Launch(rig.s1, 1 * kMs));
+    rig.Advance(10 * kMs);
+    rig.Measured();
+  }
+  EXPECT_NEAR(rig.Measured(), rig.Truth(), 300 * kUs / 1000);  // < 1 ns per interval
+  EXPECT_EQ(rig.Truth(), 900 * kMs);
+}
+
+TEST(BusyTrackerTest, BeginSkewIsSubtractedFromIntervalsStartingIdle) {
+  BusyTrackerOptions options = ExactOptions();
+  options.begin_skew_ns = 2 * kUs;
+  Rig rig(options);
+  ASSERT_TRUE(rig.Launch(rig.s0, 100 * kUs));
+  rig.Advance(1 * kMs);
+  EXPECT_EQ(rig.Measured(), 98 * kUs);
+}
+
+TEST(BusyTrackerTest, ResetDestroysEventsAndForgetsStreams) {
+  Rig rig;
+  ASSERT_TRUE(rig.Launch(rig.s0, 1 * kMs));
+  EXPECT_TRUE(rig.tracker.HasPendingWork());
+  rig.tracker.Reset(/*destroy_events=*/true);
+  EXPECT_FALSE(rig.tracker.HasPendingWork());
+  EXPECT_GE(rig.ops.destroyed, 2);  // begin + mark
+}
+
+}  // namespace
+}  // namespace vgpu::compute

@@ -1,0 +1,294 @@
+#include "compute/controller.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace vgpu::compute {
+namespace {
+
+constexpr auto kRelaxed = std::memory_order_relaxed;
+
+int32_t ClampPpm(double ppm) {
+  if (!(ppm > 0)) return 0;
+  return ppm >= kFullShare ? kFullShare : static_cast<int32_t>(std::lround(ppm));
+}
+
+int32_t SignalToPpm(double fraction) {
+  if (!std::isfinite(fraction) || fraction < 0) return -1;
+  return ClampPpm(fraction * kFullShare);
+}
+
+bool Unlimited(int32_t ppm) { return ppm <= 0 || ppm >= kFullShare; }
+
+// The corrected rate of a limited target: kFullShare would read as "unlimited", so a correction
+// never reaches it.
+int32_t LimitedRate(int32_t target, double correction) {
+  if (target >= kFullShare) return kFullShare;
+  return std::clamp(ClampPpm(target * (1 + correction)), 1, kFullShare - 1);
+}
+
+}  // namespace
+
+ComputeLimits ComputeLimits::FromPercent(int sm_limit, int sm_soft_limit, int task_priority) {
+  ComputeLimits limits;
+  limits.hard_ppm = (sm_limit <= 0 || sm_limit >= 100) ? 0 : sm_limit * 10'000;
+  limits.soft_ppm = sm_soft_limit <= 0 ? 0 : std::min(sm_soft_limit, 100) * 10'000;
+  limits.task_priority = task_priority;
+  return limits;
+}
+
+// What one update period saw.
+struct Controller::Sample {
+  int64_t dt_ns;
+  int32_t measured_ppm;   // event-measured share over the period
+  bool saturated;         // demand exceeds the budget: no unused credit is piling up
+};
+
+Controller::Controller(ComputeShareState* state, PriorityBoard* board, LoadSignals* signals,
+                       const ControllerOptions& options, const ComputeLimits& limits)
+    : state_(state), board_(board), signals_(signals), options_(options) {
+  SetLimits(limits);
+}
+
+void Controller::SetLimits(const ComputeLimits& limits) {
+  hard_ppm_.store(Unlimited(limits.hard_ppm) ? kFullShare : limits.hard_ppm, kRelaxed);
+  int32_t soft = Unlimited(limits.soft_ppm) ? kFullShare : limits.soft_ppm;
+  soft_ppm_.store(limits.soft_ppm > 0 ? soft : 0, kRelaxed);
+  bucket_.store(PriorityBucket(limits.task_priority), kRelaxed);
+}
+
+int32_t Controller::CurrentRatePpm() const {
+  int32_t rate = static_cast<int32_t>(state_->rate_ppm.load(kRelaxed));
+  return rate > 0 ? rate : hard_ppm_.load(kRelaxed);
+}
+
+// --- Hot path ------------------------------------------------------------------------------
+
+int64_t Controller::AdmitDelayNs(int64_t now) {
+  NoteActivity(now);
+  MaybeUpdate(now);
+  if (CurrentRatePpm() >= kFullShare) return 0;
+  int64_t debt = state_->vclock_ns.load(kRelaxed) - now;
+  if (debt <= options_.admit_ahead_ns) return 0;
+  return std::min(debt, options_.max_sleep_ns);
+}
+
+void Controller::Charge(int64_t busy_ns, int64_t now) {
+  int32_t rate = CurrentRatePpm();
+  if (busy_ns == 0 || rate >= kFullShare) return;
+  constexpr int64_t kMaxCharge = 1'000'000'000'000;  // 1000 s: more is a bug upstream
+  busy_ns = std::clamp(busy_ns, -kMaxCharge, kMaxCharge);
+  int64_t delta = busy_ns * kFullShare / rate;
+  int64_t floor = now - CreditNs(rate);
+  int64_t ceiling = now + options_.max_debt_ns;
+  int64_t v = state_->vclock_ns.load(kRelaxed);
+  int64_t next;
+  do {
+    next = std::min(std::max(std::max(v, floor) + delta, floor), ceiling);
+  } while (!state_->vclock_ns.compare_exchange_weak(v, next, kRelaxed, kRelaxed));
+}
+
+// Wall time of budget that may be banked at `rate` (none while yielding).
+int64_t Controller::CreditNs(int32_t rate) const {
+  if (state_->mode.load(kRelaxed) == static_cast<uint32_t>(Mode::kYield)) return 0;
+  return std::min(options_.max_credit_busy_ns * kFullShare / std::max(rate, 1),
+                  options_.max_credit_wall_ns);
+}
+
+void Controller::AddMeasured(int64_t busy_ns) {
+  if (busy_ns > 0) state_->busy_total_ns.fetch_add(static_cast<uint64_t>(busy_ns), kRelaxed);
+}
+
+void Controller::AddThrottled(int64_t wait_ns) {
+  if (wait_ns > 0) state_->throttled_total_ns.fetch_add(static_cast<uint64_t>(wait_ns), kRelaxed);
+}
+
+void Controller::NoteActivity(int64_t now) {
+  if (now - last_beat_ns_.load(kRelaxed) < options_.heartbeat_period_ns) return;
+  last_beat_ns_.store(now, kRelaxed);
+  state_->last_launch_ns.store(now, kRelaxed);
+  if (board_ != nullptr) board_->heartbeat_ns[bucket_.load(kRelaxed)].store(now, kRelaxed);
+}
+
+void Controller::MaybeUpdate(int64_t now) {
+  int64_t due = state_->next_update_ns.load(kRelaxed);
+  if (now < due) return;
+  if (!state_->next_update_ns.compare_exchange_strong(due, now + options_.update_period_ns,
+                                                      kRelaxed, kRelaxed)) {
+    return;  // another thread or process won this period
+  }
+  Update(now);
+}
+
+// --- Periodic update -----------------------------------------------------------------------
+
+void Controller::Update(int64_t now) {
+  int64_t last = state_->last_update_ns.load(kRelaxed);
+  uint64_t busy = state_->busy_total_ns.load(kRelaxed);
+  uint64_t busy_before = state_->busy_at_update.exchange(busy, kRelaxed);
+  state_->last_update_ns.store(now, kRelaxed);
+  int64_t dt = now - last;
+
+  ReadSignals(now);
+  Mode current = static_cast<Mode>(std::min(state_->mode.load(kRelaxed), kMaxMode));
+  Mode mode = DecideMode(now, current);
+  if (state_->mode_since_ns.load(kRelaxed) == 0 || mode != current) EnterMode(mode, now);
+  if (last == 0 || dt <= 0 || dt > 10 * options_.update_period_ns) {
+    // First update, or nobody updated for a long time (the container was idle): restart the
+    // measurement from here, and let it settle before the feedback acts on it (the first
+    // moments may legitimately spend banked credit).
+    state_->measure_since_ns.store(now, kRelaxed);
+    state_->mode_since_ns.store(now, kRelaxed);
+    int32_t target = TargetPpm(mode);
+    double correction = mode == Mode::kYield ? 0 : state_->integral_ppm.load(kRelaxed) / 1e6;
+    state_->rate_ppm.store(static_cast<uint32_t>(LimitedRate(target, correction)), kRelaxed);
+    return;
+  }
+  UpdateCorrection(TakeSample(now, dt, busy - busy_before), mode, now);
+}
+
+Controller::Sample Controller::TakeSample(int64_t now, int64_t dt, uint64_t busy_delta) {
+  Sample sample;
+  sample.dt_ns = dt;
+  double share = static_cast<double>(busy_delta) / static_cast<double>(dt);
+  // Busy time is attributed when marks complete, so one period may see more than 100%: that is
+  // not clipped (clipping would bias the average down).
+  sample.measured_ppm = static_cast<int32_t>(std::lround(std::clamp(share, 0.0, 100.0) * kFullShare));
+  // Saturated while less than half the maximum credit is banked. (Not "was throttled in this
+  // period": that selects the periods right after large charges, whose samples are low, and
+  // biases the integral upwards.)
+  sample.saturated = state_->vclock_ns.load(kRelaxed) - now > -CreditNs(CurrentRatePpm()) / 2;
+  // A running average until the measurement spans a window, an EWMA after that.
+  int64_t span = std::max<int64_t>(now - state_->measure_since_ns.load(kRelaxed), dt);
+  double alpha = static_cast<double>(dt) / static_cast<double>(std::min(span, options_.share_window_ns));
+  int32_t ewma = state_->share_ewma_ppm.load(kRelaxed);
+  ewma = static_cast<int32_t>(std::lround(ewma + std::min(alpha, 1.0) * (sample.measured_ppm - ewma)));
+  state_->share_ewma_ppm.store(ewma, kRelaxed);
+  return sample;
+}
+
+// rate = target * (1 + kp*e + I); I integrates ki*e while saturated and settled.
+void Controller::UpdateCorrection(const Sample& sample, Mode mode, int64_t now) {
+  int32_t target = TargetPpm(mode);
+  if (mode == Mode::kYield || target >= kFullShare) {
+    state_->rate_ppm.store(static_cast<uint32_t>(target), kRelaxed);
+    return;  // nothing to correct: yielding, or no limit
+  }
+  // The sensor: the reference share when there is one, else the event-measured share averaged
+  // over share_window_ns. (Not the per-period event sample: a long kernel lands in one period,
+  // and any gate below would then select periods by their sample and bias the integral.)
+  int32_t reference = state_->reference_ppm.load(kRelaxed);
+  bool have_reference = state_->signals_read_ns.load(kRelaxed) != 0 && reference >= 0;
+  double measured = have_reference ? reference : state_->share_ewma_ppm.load(kRelaxed);
+  double error = (target - measured) / target;
+  double integral = state_->integral_ppm.load(kRelaxed) / 1e6;
+  bool settled = now - state_->mode_since_ns.load(kRelaxed) >= options_.settle_ns;
+  // Over the target while the budget clock already owes a lot: the debt pays it back by itself;
+  // integrating it too would compensate twice (and starve the container afterwards).
+  bool owed = state_->vclock_ns.load(kRelaxed) - now > 10 * options_.admit_ahead_ns;
+  double proportional = 0;
+  if (settled && sample.saturated && (error >= 0 || !owed)) {
+    double ki = have_reference ? options_.ki_reference : options_.ki;
+    integral += ki * error * (static_cast<double>(sample.dt_ns) / 1e9);
+    integral = std::clamp(integral, options_.min_correction, options_.max_correction);
+    proportional = options_.kp * error;
+  }
+  state_->integral_ppm.store(static_cast<int32_t>(std::lround(integral * 1e6)), kRelaxed);
+  double correction = std::clamp(integral + proportional, options_.min_correction,
+                                 options_.max_correction);
+  state_->rate_ppm.store(static_cast<uint32_t>(LimitedRate(target, correction)), kRelaxed);
+}
+
+void Controller::ReadSignals(int64_t now) {
+  if (signals_ == nullptr) return;
+  int64_t last = state_->signals_read_ns.load(kRelaxed);
+  if (last != 0 && now - last < options_.signal_period_ns) return;
+  state_->others_busy_ppm.store(SignalToPpm(signals_->OthersBusy(now)), kRelaxed);
+  state_->reference_ppm.store(SignalToPpm(signals_->ReferenceShare(now)), kRelaxed);
+  state_->signals_read_ns.store(now, kRelaxed);
+}
+
+bool Controller::HigherPriorityActive(int64_t now) const {
+  if (board_ == nullptr) return false;
+  int bucket = bucket_.load(kRelaxed);
+  for (int b = 0; b < bucket; ++b) {
+    int64_t beat = board_->heartbeat_ns[b].load(kRelaxed);
+    if (beat != 0 && now - beat < options_.heartbeat_expiry_ns) return true;
+  }
+  return false;
+}
+
+Mode Controller::DecideMode(int64_t now, Mode current) {
+  if (HigherPriorityActive(now)) return Mode::kYield;
+  int32_t soft = soft_ppm_.load(kRelaxed);
+  if (soft <= hard_ppm_.load(kRelaxed)) return Mode::kHard;
+  int32_t others = state_->others_busy_ppm.load(kRelaxed);
+  bool known = state_->signals_read_ns.load(kRelaxed) != 0 && others >= 0;
+  if (!known || others >= options_.others_idle_ppm) {
+    state_->others_idle_since_ns.store(0, kRelaxed);
+    return Mode::kHard;  // others busy (or unknown): fall back at once
+  }
+  int64_t since = state_->others_idle_since_ns.load(kRelaxed);
+  if (since == 0) {
+    state_->others_idle_since_ns.store(now, kRelaxed);
+    since = now;
+  }
+  if (current == Mode::kSoft || now - since >= options_.soft_hold_ns) return Mode::kSoft;
+  return Mode::kHard;
+}
+
+int32_t Controller::TargetPpm(Mode mode) const {
+  int32_t hard = hard_ppm_.load(kRelaxed);
+  switch (mode) {
+    case Mode::kSoft: return std::max(soft_ppm_.load(kRelaxed), hard);
+    case Mode::kYield: return std::min(options_.yield_ppm, hard);
+    case Mode::kHard: break;
+  }
+  return hard;
+}
+
+void Controller::EnterMode(Mode mode, int64_t now) {
+  Mode previous = static_cast<Mode>(std::min(state_->mode.load(kRelaxed), kMaxMode));
+  state_->mode.store(static_cast<uint32_t>(mode), kRelaxed);
+  state_->mode_since_ns.store(now, kRelaxed);
+  state_->measure_since_ns.store(now, kRelaxed);  // the share average restarts with the mode
+  if (mode == Mode::kYield) {
+    CutCredit(now);
+  } else if (previous != mode) {
+    RescaleDebt(TargetPpm(previous), TargetPpm(mode), now);
+  }
+}
+
+// Drops banked budget so that a lower share takes effect immediately.
+void Controller::CutCredit(int64_t now) {
+  int64_t v = state_->vclock_ns.load(kRelaxed);
+  while (v < now && !state_->vclock_ns.compare_exchange_weak(v, now, kRelaxed, kRelaxed)) {
+  }
+}
+
+// Debt is busy time owed, expressed in wall time at the old share; re-express it at the new one
+// (leaving the 2% yield share must not leave behind a debt 15 times too long).
+void Controller::RescaleDebt(int32_t old_ppm, int32_t new_ppm, int64_t now) {
+  if (old_ppm <= 0 || new_ppm <= 0 || old_ppm == new_ppm) return;
+  int64_t v = state_->vclock_ns.load(kRelaxed);
+  int64_t next;
+  do {
+    if (v <= now) return;
+    next = now + static_cast<int64_t>(static_cast<double>(v - now) * old_ppm / new_ppm);
+  } while (!state_->vclock_ns.compare_exchange_weak(v, next, kRelaxed, kRelaxed));
+}
+
+ControllerSnapshot Controller::Snapshot(int64_t now) const {
+  ControllerSnapshot snap;
+  snap.mode = static_cast<Mode>(std::min(state_->mode.load(kRelaxed), kMaxMode));
+  snap.target_ppm = TargetPpm(snap.mode);
+  snap.rate_ppm = CurrentRatePpm();
+  snap.measured_ppm = state_->share_ewma_ppm.load(kRelaxed);
+  snap.correction_ppm = state_->integral_ppm.load(kRelaxed);
+  snap.debt_ns = state_->vclock_ns.load(kRelaxed) - now;
+  snap.busy_total_ns = state_->busy_total_ns.load(kRelaxed);
+  snap.throttled_total_ns = state_->throttled_total_ns.load(kRelaxed);
+  return snap;
+}
+
+}  // namespace vgpu::compute

@@ -1,0 +1,157 @@
+// Controller: decides how long a launching thread waits so that the container's measured GPU
+// busy time on one device stays at its share of wall time. All of its state that must be common
+// to the container's processes lives in a ComputeShareState (compute_state.h); this object only
+// holds per-process constants and pointers.
+//
+// Control law (docs/compute.md has the derivation):
+//   Budget clock (GCRA). Every ns of busy time b charged at share s advances the shared virtual
+//   clock V by b/s:  V <- max(V, now - credit) + b/s, capped at now + max_debt. A launch is
+//   admitted while the debt V - now is at most admit_ahead_ns; otherwise the thread sleeps
+//   V - now (proportional to the debt, at most max_sleep_ns per sleep) and asks again. Charges
+//   are estimates at submission plus corrections (measured - estimated) after completion, so the
+//   long-run busy/elapsed is exactly s for a saturating workload whatever the kernel sizes. The
+//   credit bound (banked budget after idleness, at most max_credit_busy_ns of busy time) and the
+//   debt bound keep old history from dominating.
+//   Feedback (PI). Every update_period_ns one process (elected by CAS) updates the share actually
+//   applied: rate = target * (1 + kp*e + I), I += ki*e*dt, e = (target - measured)/target, where
+//   measured is the reference share when the injected signals provide one (e.g. NVML per-process
+//   utilisation; gain ki_reference), else the event-measured share averaged over
+//   share_window_ns (gain ki). Anti-windup: it acts only while the container is saturated (less
+//   than half the maximum credit banked: a workload that wants less than its share is never
+//   boosted), not within settle_ns of a mode change or a restart of the measurement, and not on
+//   an over-delivery the budget clock already owes (debt > 10 * admit_ahead_ns). With events
+//   alone the budget clock is already exact for saturating workloads; the loop removes what it
+//   leaves: budget lost to the credit bound, forgiven debt, and above all a biased sensor when a
+//   reference is available (time-slicing with other contexts, see docs/compute.md).
+//   Modes. Hard: target = hard limit. Soft: target = soft limit, entered once OthersBusy() has
+//   stayed below others_idle_ppm for soft_hold_ns, left as soon as it rises. Yield: a container of
+//   a higher priority bucket beat its heartbeat within heartbeat_expiry_ns; target = yield_ppm,
+//   banked credit is dropped on entry so the drop takes effect at once.
+//
+// Thread safety: every method may be called from any thread of any process sharing the state.
+// Cost: AdmitDelayNs is two or three relaxed atomic loads when there is no debt (plus, once per
+// update period in one process, the update, which may call the injected signals at most once per
+// signal_period_ns). Charge is one CAS loop on the shared clock.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+#include "compute/compute_state.h"
+
+namespace vgpu::compute {
+
+inline constexpr int32_t kFullShare = 1'000'000;  // ppm
+
+// Signals from outside the container's own measurements. The controller calls them from the
+// elected updater (a launching thread) at most once per signal_period_ns; an implementation
+// backed by NVML should return values cached by a background thread rather than call NVML
+// inline (an NVML query can take milliseconds).
+class LoadSignals {
+ public:
+  virtual ~LoadSignals() = default;
+  // Fraction 0..1 of recent wall time during which OTHER containers kept this GPU busy (e.g. NVML
+  // device utilisation minus this container's share). Negative = unknown (treated as busy).
+  virtual double OthersBusy(int64_t now) = 0;
+  // This container's share 0..1 over a recent window from an independent sensor (e.g. NVML
+  // per-process SM utilisation summed over the container's processes). Negative = unavailable:
+  // the controller then regulates the share measured from events.
+  virtual double ReferenceShare(int64_t now) = 0;
+};
+
+struct ComputeLimits {
+  int32_t hard_ppm = 0;    // 0 or >= kFullShare: no limit
+  int32_t soft_ppm = 0;    // 0: none; only used when > hard_ppm
+  int task_priority = 1;   // CUDA_TASK_PRIORITY: 0 = highest
+  // From the ledger's percent values (sm_limit 0 or 100 = unlimited, soft 0 = none).
+  static ComputeLimits FromPercent(int sm_limit, int sm_soft_limit, int task_priority);
+};
+
+struct ControllerOptions {
+  int64_t update_period_ns = 20'000'000;
+  int64_t admit_ahead_ns = 2'000'000;           // debt tolerated at admission (burst size)
+  int64_t max_sleep_ns = 20'000'000;            // one wait is at most this
+  int64_t max_credit_busy_ns = 20'000'000;      // banked budget, in busy time (2% of a second)
+  int64_t max_credit_wall_ns = 200'000'000;     // ... and never more than this much wall time
+  int64_t max_debt_ns = 5'000'000'000;          // debt beyond this is forgiven
+  int64_t share_window_ns = 1'000'000'000;      // EWMA window of the measured share
+  double kp = 0.1;                              // proportional gain (relative error)
+  double ki = 0.3;                              // integral gain, per second (event share, EWMA)
+  double ki_reference = 3.0;                    // ... when a reference share is available
+  double min_correction = -0.5;                 // rate stays within target * [1+min, 1+max]
+  double max_correction = 2.0;
+  int64_t settle_ns = 500'000'000;              // no feedback this long after a mode change or
+                                                // a restart of the measurement
+  int32_t others_idle_ppm = 100'000;            // OthersBusy below 10%: the GPU is otherwise idle
+  int64_t soft_hold_ns = 300'000'000;           // ... for this long before bursting
+  int64_t signal_period_ns = 100'000'000;       // LoadSignals polled at most this often
+  int64_t heartbeat_period_ns = 10'000'000;     // PriorityBoard written at most this often
+  int64_t heartbeat_expiry_ns = 200'000'000;    // a heartbeat older than this is inactive
+  int32_t yield_ppm = 20'000;                   // share while yielding (2%)
+};
+
+// What the controller currently does, for tests, logs and `vgpu top`.
+struct ControllerSnapshot {
+  Mode mode = Mode::kHard;
+  int32_t target_ppm = 0;
+  int32_t rate_ppm = 0;
+  int32_t measured_ppm = 0;    // EWMA of the event-measured share
+  int32_t correction_ppm = 0;  // integral term, relative to the target
+  int64_t debt_ns = 0;         // V - now
+  uint64_t busy_total_ns = 0;
+  uint64_t throttled_total_ns = 0;
+};
+
+class Controller {
+ public:
+  // `state` (required), `board` and `signals` (optional, may be null) must outlive the
+  // controller. Several Controllers (one per process) may share `state`.
+  Controller(ComputeShareState* state, PriorityBoard* board, LoadSignals* signals,
+             const ControllerOptions& options, const ComputeLimits& limits);
+
+  // New limits from the ledger (the authority rewrote them). Takes effect at the next update.
+  void SetLimits(const ComputeLimits& limits);
+
+  // 0: submit now. > 0: wait this long (sleep, never spin), then ask again. Also beats the
+  // priority heartbeat and runs the periodic update when due.
+  int64_t AdmitDelayNs(int64_t now);
+
+  // Charges busy time (negative: a refund) at the current rate.
+  void Charge(int64_t busy_ns, int64_t now);
+  // Measured busy time (the sensor the feedback loop reads).
+  void AddMeasured(int64_t busy_ns);
+  // Time a thread was told to wait.
+  void AddThrottled(int64_t wait_ns);
+  // Marks the container active on this GPU for the priority board (rate-limited).
+  void NoteActivity(int64_t now);
+  // Runs the periodic update if due (AdmitDelayNs calls it; a background tick may too).
+  void MaybeUpdate(int64_t now);
+
+  ControllerSnapshot Snapshot(int64_t now) const;
+
+ private:
+  struct Sample;
+  void Update(int64_t now);
+  Sample TakeSample(int64_t now, int64_t dt, uint64_t busy_delta);
+  void ReadSignals(int64_t now);
+  Mode DecideMode(int64_t now, Mode current);
+  bool HigherPriorityActive(int64_t now) const;
+  int32_t TargetPpm(Mode mode) const;
+  void EnterMode(Mode mode, int64_t now);
+  void UpdateCorrection(const Sample& sample, Mode mode, int64_t now);
+  int32_t CurrentRatePpm() const;
+  int64_t CreditNs(int32_t rate) const;
+  void CutCredit(int64_t now);
+  void RescaleDebt(int32_t old_ppm, int32_t new_ppm, int64_t now);
+
+  ComputeShareState* const state_;
+  PriorityBoard* const board_;
+  LoadSignals* const signals_;
+  const ControllerOptions options_;
+  std::atomic<int32_t> hard_ppm_;
+  std::atomic<int32_t> soft_ppm_;
+  std::atomic<int> bucket_;
+  std::atomic<int64_t> last_beat_ns_{0};  // process-local: throttles board writes
+};
+
+}  // namespace vgpu::compute

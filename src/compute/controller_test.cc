@@ -1,0 +1,281 @@
+// Controller on a plain in-memory ComputeShareState and a clock the test moves.
+#include "compute/controller.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+
+namespace vgpu::compute {
+namespace {
+
+constexpr int64_t kUs = 1'000;
+constexpr int64_t kMs = 1'000'000;
+constexpr int64_t kSec = 1'000'000'000;
+constexpr int64_t kStart = 1000 * kSec;  // CLOCK_MONOTONIC is far from 0 in practice
+
+class FakeSignals final : public LoadSignals {
+ public:
+  double OthersBusy(int64_t) override {
+    ++calls;
+    return others;
+  }
+  double ReferenceShare(int64_t) override { return reference; }
+  double others = -1;
+  double reference = -1;
+  int calls = 0;
+};
+
+ComputeLimits Limits(int hard, int soft = 0, int priority = 1) {
+  return ComputeLimits::FromPercent(hard, soft, priority);
+}
+
+TEST(ComputeLimitsTest, FromPercentFollowsTheLedgerConventions) {
+  EXPECT_EQ(Limits(30).hard_ppm, 300'000);
+  EXPECT_EQ(Limits(0).hard_ppm, 0);     // 0 = unlimited
+  EXPECT_EQ(Limits(100).hard_ppm, 0);   // 100 = unlimited
+  EXPECT_EQ(Limits(30, 80).soft_ppm, 800'000);
+  EXPECT_EQ(Limits(30, 0, 0).task_priority, 0);
+}
+
+TEST(ControllerTest, AllZeroStateAdmitsAtOnce) {
+  ComputeShareState state{};
+  Controller c(&state, nullptr, nullptr, ControllerOptions(), Limits(30));
+  EXPECT_EQ(c.AdmitDelayNs(kStart), 0);
+  EXPECT_EQ(state.rate_ppm.load(), 300'000u);  // the first update ran
+  EXPECT_EQ(state.mode.load(), static_cast<uint32_t>(Mode::kHard));
+}
+
+TEST(ControllerTest, DebtIsBusyTimeDividedByTheShare) {
+  ComputeShareState state{};
+  Controller c(&state, nullptr, nullptr, ControllerOptions(), Limits(25));
+  c.AdmitDelayNs(kStart);
+  state.vclock_ns.store(kStart);  // no banked credit
+  c.Charge(100 * kUs, kStart);  // 400 us of debt: within the 1 ms admission tolerance
+  EXPECT_EQ(c.AdmitDelayNs(kStart), 0);
+  c.Charge(1 * kMs, kStart);    // 4.4 ms of debt: sleep it off
+  EXPECT_EQ(c.AdmitDelayNs(kStart), 4400 * kUs);
+  EXPECT_EQ(c.AdmitDelayNs(kStart + 3400 * kUs), 0);  // 1 ms left: at the tolerance
+  EXPECT_EQ(c.AdmitDelayNs(kStart + 4400 * kUs), 0);
+}
+
+TEST(ControllerTest, WaitsAreSlicedAndDebtIsBounded) {
+  ComputeShareState state{};
+  ControllerOptions options;
+  Controller c(&state, nullptr, nullptr, options, Limits(10));
+  c.AdmitDelayNs(kStart);
+  c.Charge(10 * kSec, kStart);  // 100 s of debt at 10%
+  EXPECT_EQ(c.AdmitDelayNs(kStart), options.max_sleep_ns);
+  EXPECT_EQ(state.vclock_ns.load() - kStart, options.max_debt_ns);
+}
+
+TEST(ControllerTest, IdleTimeBanksOnlyBoundedCredit) {
+  ComputeShareState state{};
+  ControllerOptions options;
+  Controller c(&state, nullptr, nullptr, options, Limits(30));
+  c.AdmitDelayNs(kStart);
+  c.Charge(1 * kMs, kStart);
+  int64_t later = kStart + 10 * kSec;  // idle for 10 s
+  c.Charge(50 * kMs, later);           // credit is 30 ms of busy time (100 ms of wall time)
+  int64_t credit_wall = options.max_credit_busy_ns * 10 / 3;
+  EXPECT_NEAR(static_cast<double>(state.vclock_ns.load() - later),
+              static_cast<double>(50 * kMs * 10 / 3 - credit_wall), 10.0);
+  c.Charge(-10 * kSec, later);  // a huge refund cannot bank more than the credit either
+  EXPECT_EQ(state.vclock_ns.load(), later - credit_wall);
+}
+
+TEST(ControllerTest, UnlimitedNeverWaitsAndChargesNothing) {
+  ComputeShareState state{};
+  Controller c(&state, nullptr, nullptr, ControllerOptions(), Limits(0));
+  c.AdmitDelayNs(kStart);
+  c.Charge(10 * kSec, kStart);
+  EXPECT_EQ(c.AdmitDelayNs(kStart), 0);
+  EXPECT_EQ(state.vclock_ns.load(), 0);
+}
+
+TEST(ControllerTest, ProcessesSharingTheStateShareOneBudget) {
+  ComputeShareState state{};
+  Controller a(&state, nullptr, nullptr, ControllerOptions(), Limits(50));
+  Controller b(&state, nullptr, nullptr, ControllerOptions(), Limits(50));
+  a.AdmitDelayNs(kStart);
+  state.vclock_ns.store(kStart);  // no banked credit
+  a.Charge(1 * kMs, kStart);
+  b.Charge(1 * kMs, kStart);
+  EXPECT_EQ(b.AdmitDelayNs(kStart), 4 * kMs);  // (1 + 1) / 50%
+  EXPECT_EQ(a.AdmitDelayNs(kStart), 4 * kMs);
+}
+
+TEST(ControllerTest, OnlyOneUpdatePerPeriodAcrossProcesses) {
+  ComputeShareState state{};
+  FakeSignals signals;
+  signals.others = 0;
+  ControllerOptions options;
+  options.signal_period_ns = 0;  // read signals at every update
+  Controller a(&state, nullptr, &signals, options, Limits(30, 60));
+  Controller b(&state, nullptr, &signals, options, Limits(30, 60));
+  for (int64_t t = 0; t < 100 * kMs; t += 1 * kMs) {
+    a.AdmitDelayNs(kStart + t);
+    b.AdmitDelayNs(kStart + t);
+  }
+  EXPECT_EQ(signals.calls, 5);  // 100 ms / 20 ms update period
+}
+
+TEST(ControllerTest, SoftLimitNeedsOthersIdleForTheHoldTime) {
+  ComputeShareState state{};
+  FakeSignals signals;
+  ControllerOptions options;
+  Controller c(&state, nullptr, &signals, options, Limits(30, 80));
+  signals.others = 0.0;
+  int64_t t = kStart;
+  for (; t < kStart + options.soft_hold_ns - 50 * kMs; t += 10 * kMs) c.AdmitDelayNs(t);
+  EXPECT_EQ(c.Snapshot(t).mode, Mode::kHard);
+  for (; t < kStart + options.soft_hold_ns + 150 * kMs; t += 10 * kMs) c.AdmitDelayNs(t);
+  EXPECT_EQ(c.Snapshot(t).mode, Mode::kSoft);
+  EXPECT_EQ(c.Snapshot(t).rate_ppm, 800'000);
+  signals.others = 0.5;  // a neighbour starts: back to the hard limit at the next signal read
+  for (int64_t end = t + options.signal_period_ns + 30 * kMs; t < end; t += 10 * kMs) c.AdmitDelayNs(t);
+  EXPECT_EQ(c.Snapshot(t).mode, Mode::kHard);
+  EXPECT_EQ(c.Snapshot(t).rate_ppm, 300'000);
+}
+
+TEST(ControllerTest, UnknownOthersNeverAllowTheSoftLimit) {
+  for (bool with_signals : {false, true}) {
+    ComputeShareState state{};
+    FakeSignals signals;  // others = -1: unknown
+    Controller c(&state, nullptr, with_signals ? &signals : nullptr, ControllerOptions(),
+                 Limits(30, 80));
+    for (int64_t t = 0; t < 2 * kSec; t += 10 * kMs) c.AdmitDelayNs(kStart + t);
+    EXPECT_EQ(c.Snapshot(kStart + 2 * kSec).mode, Mode::kHard);
+  }
+}
+
+TEST(ControllerTest, YieldsWhileAHigherPriorityHeartbeatIsFresh) {
+  ComputeShareState low_state{}, high_state{}, peer_state{};
+  PriorityBoard board{};
+  ControllerOptions options;
+  Controller low(&low_state, &board, nullptr, options, Limits(30, 0, 1));
+  Controller peer(&peer_state, &board, nullptr, options, Limits(30, 0, 1));
+  Controller high(&high_state, &board, nullptr, options, Limits(0, 0, 0));  // unlimited
+  int64_t t = kStart;
+  for (; t < kStart + 100 * kMs; t += 5 * kMs) {
+    low.AdmitDelayNs(t);
+    peer.AdmitDelayNs(t);  // same priority: no effect on `low`
+  }
+  EXPECT_EQ(low.Snapshot(t).mode, Mode::kHard);
+  EXPECT_EQ(high.AdmitDelayNs(t), 0);  // the high-priority container launches
+  for (int64_t end = t + 30 * kMs; t < end; t += 5 * kMs) low.AdmitDelayNs(t);
+  EXPECT_EQ(low.Snapshot(t).mode, Mode::kYield);
+  EXPECT_EQ(low.Snapshot(t).rate_ppm, options.yield_ppm);
+  EXPECT_GE(low_state.vclock_ns.load(), t - 30 * kMs);  // banked credit was dropped
+  // The high-priority container stops: after the heartbeat expires, `low` recovers.
+  for (int64_t end = t + options.heartbeat_expiry_ns + 30 * kMs; t < end; t += 5 * kMs) {
+    low.AdmitDelayNs(t);
+  }
+  EXPECT_EQ(low.Snapshot(t).mode, Mode::kHard);
+  EXPECT_EQ(low.Snapshot(t).rate_ppm, 300'000);
+}
+
+TEST(ControllerTest, HeartbeatsAreRateLimited) {
+  ComputeShareState state{};
+  PriorityBoard board{};
+  ControllerOptions options;
+  Controller c(&state, &board, nullptr, options, Limits(30, 0, 0));
+  c.NoteActivity(kStart);
+  EXPECT_EQ(board.heartbeat_ns[0].load(), kStart);
+  c.NoteActivity(kStart + options.heartbeat_period_ns / 2);
+  EXPECT_EQ(board.heartbeat_ns[0].load(), kStart);
+  c.NoteActivity(kStart + options.heartbeat_period_ns);
+  EXPECT_EQ(board.heartbeat_ns[0].load(), kStart + options.heartbeat_period_ns);
+  EXPECT_EQ(board.heartbeat_ns[1].load(), 0);
+}
+
+TEST(ControllerTest, LeavingYieldRescalesTheDebtToTheNewShare) {
+  ComputeShareState state{};
+  PriorityBoard board{};
+  ControllerOptions options;
+  Controller c(&state, &board, nullptr, options, Limits(40, 0, 1));
+  int64_t t = kStart;
+  board.heartbeat_ns[0].store(t);
+  c.AdmitDelayNs(t);
+  ASSERT_EQ(c.Snapshot(t).mode, Mode::kYield);
+  c.Charge(10 * kMs, t);  // 500 ms of debt at 2%
+  t += options.heartbeat_expiry_ns;
+  c.MaybeUpdate(t);
+  ASSERT_EQ(c.Snapshot(t).mode, Mode::kHard);
+  // 300 ms left at 2% is 6 ms of busy time, i.e. 15 ms at 40%.
+  EXPECT_NEAR(static_cast<double>(c.Snapshot(t).debt_ns), 15.0 * kMs, 0.1 * kMs);
+}
+
+// A plant for the feedback loop: a saturating application in 100 us steps. Each admitted step
+// runs 100 us of work; the event sensor reports `inflation` times the true busy time (as under
+// time-slicing with another container); the reference reports the true share over 200 ms.
+struct Plant {
+  explicit Plant(Controller* c, FakeSignals* s, double inflation, int every = 1)
+      : controller(c), signals(s), inflation(inflation), every(every) {}
+  double Run(int64_t from, int64_t to) {  // returns the true share over [from, to)
+    int64_t busy = 0;
+    for (int64_t t = from; t < to; t += kStep) {
+      bool wants = (step++ % every) == 0;
+      bool ran = wants && controller->AdmitDelayNs(t) == 0;
+      if (ran) {
+        int64_t measured = static_cast<int64_t>(kStep * inflation);
+        controller->Charge(measured, t);
+        controller->AddMeasured(measured);
+        busy += kStep;
+      }
+      window[slot] = ran ? 1 : 0;
+      slot = (slot + 1) % kWindow;
+      window_busy += ran ? 1 : 0;
+      window_busy -= window[slot];
+      if (with_reference) signals->reference = static_cast<double>(window_busy) / kWindow;
+    }
+    return static_cast<double>(busy) / static_cast<double>(to - from);
+  }
+  static constexpr int64_t kStep = 100 * kUs;
+  static constexpr int kWindow = 2000;  // 200 ms
+  Controller* controller;
+  FakeSignals* signals;
+  double inflation;
+  int every;
+  bool with_reference = true;
+  int64_t step = 0;
+  int slot = 0;
+  int window_busy = 0;
+  int window[kWindow] = {};
+};
+
+TEST(ControllerTest, ReferenceSignalCorrectsABiasedSensor) {
+  ComputeShareState state{};
+  FakeSignals signals;
+  Controller c(&state, nullptr, &signals, ControllerOptions(), Limits(30));
+  Plant plant(&c, &signals, /*inflation=*/2.0);
+  double early = plant.Run(kStart, kStart + 1 * kSec);
+  EXPECT_LT(early, 0.25);  // the biased sensor alone gives ~15%
+  plant.Run(kStart + 1 * kSec, kStart + 6 * kSec);
+  double settled = plant.Run(kStart + 6 * kSec, kStart + 8 * kSec);
+  EXPECT_NEAR(settled, 0.30, 0.01);
+  EXPECT_NEAR(c.Snapshot(kStart + 8 * kSec).rate_ppm, 600'000, 30'000);
+}
+
+TEST(ControllerTest, WithoutReferenceTheEventShareIsRegulated) {
+  ComputeShareState state{};
+  Controller c(&state, nullptr, nullptr, ControllerOptions(), Limits(30));
+  Plant plant(&c, nullptr, /*inflation=*/1.0);
+  plant.with_reference = false;
+  plant.Run(kStart, kStart + 2 * kSec);
+  EXPECT_NEAR(plant.Run(kStart + 2 * kSec, kStart + 4 * kSec), 0.30, 0.01);
+  EXPECT_NEAR(c.Snapshot(kStart + 4 * kSec).correction_ppm, 0, 20'000);
+}
+
+TEST(ControllerTest, NoWindupWhileTheWorkloadWantsLessThanItsShare) {
+  ComputeShareState state{};
+  FakeSignals signals;
+  Controller c(&state, nullptr, &signals, ControllerOptions(), Limits(30));
+  Plant plant(&c, &signals, 1.0, /*every=*/10);  // wants 10%
+  EXPECT_NEAR(plant.Run(kStart, kStart + 5 * kSec), 0.10, 0.005);
+  EXPECT_EQ(c.Snapshot(kStart + 5 * kSec).correction_ppm, 0);
+  EXPECT_EQ(c.Snapshot(kStart + 5 * kSec).rate_ppm, 300'000);
+}
+
+}  // namespace
+}  // namespace vgpu::compute

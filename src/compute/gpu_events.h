@@ -1,0 +1,46 @@
+// The GPU side effects of the busy tracker, behind one narrow interface so that the tracker is
+// tested against a simulated GPU (sim_model.h) and runs against the real driver in libvgpu.so.
+//
+// Production mapping (the interposer implements this with the REAL driver entry points, never
+// through its own hooks):
+//   StreamKey  the CUstream handle value as the application passed it (0 / CU_STREAM_LEGACY /
+//              CU_STREAM_PER_THREAD included; a per-thread default stream should be keyed per
+//              thread by the caller, e.g. by mixing in the thread id, and recorded on with the
+//              handle the application used).
+//   EventId    a CUevent handle value.
+//   Create     cuEventCreate(&e, CU_EVENT_DEFAULT)  (timing enabled, no blocking sync), in the
+//              context that owns the tracked streams.
+//   Destroy    cuEventDestroy.
+//   Record     cuEventRecord(e, stream)  (cuEventRecord_ptsz for per-thread default streams).
+//   Query      cuEventQuery(e): CUDA_SUCCESS -> kReady, CUDA_ERROR_NOT_READY -> kNotReady,
+//              anything else -> kError.
+//   ElapsedMs  cuEventElapsedTime(&ms, from, to): time(to) - time(from) in ms; negative when `to`
+//              completed first (both events complete, same device).
+// Every method may be called from any thread that launches on the device (the tracker
+// serialises its own calls with a mutex); the interposer makes the owning context current when
+// needed.
+#pragma once
+
+#include <cstdint>
+
+namespace vgpu::compute {
+
+using StreamKey = uint64_t;
+using EventId = uint64_t;
+
+enum class EventState { kReady, kNotReady, kError };
+
+class GpuEventOps {
+ public:
+  virtual ~GpuEventOps() = default;
+  // A new timing event; false when none can be created (the tracker then stops marking).
+  virtual bool Create(EventId* event) = 0;
+  virtual void Destroy(EventId event) = 0;
+  // Enqueues `event` on `stream` behind all work submitted to it so far.
+  virtual bool Record(EventId event, StreamKey stream) = 0;
+  virtual EventState Query(EventId event) = 0;
+  // REQUIRES: both events recorded and complete. false on error.
+  virtual bool ElapsedMs(EventId from, EventId to, float* ms) = 0;
+};
+
+}  // namespace vgpu::compute

@@ -1,0 +1,65 @@
+#include "compute/limiter.h"
+
+namespace vgpu::compute {
+
+ComputeLimiter::ComputeLimiter(Controller* controller, BusyTracker* tracker)
+    : controller_(controller), tracker_(tracker) {}
+
+// Measured busy time feeds the sensor; the difference to what was estimated at submission
+// corrects the budget clock.
+void ComputeLimiter::Apply(const PollResult& result, int64_t now) {
+  if (result.intervals == 0) return;
+  controller_->AddMeasured(result.busy_ns);
+  controller_->Charge(result.busy_ns - result.estimated_ns, now);
+}
+
+int64_t ComputeLimiter::BeforeLaunch(StreamKey stream, int64_t now, LaunchTicket* ticket) {
+  int64_t wait = controller_->AdmitDelayNs(now);
+  if (wait > 0) {
+    Apply(tracker_->Poll(now), now);  // completions may refund over-estimates
+    wait = controller_->AdmitDelayNs(now);
+  }
+  if (wait > 0) {
+    tracker_->Flush(now);  // the streams will run dry while we sleep: mark where they end
+    controller_->AddThrottled(wait);
+    return wait;
+  }
+  wait = tracker_->BeforeLaunch(stream, now, ticket);
+  if (wait > 0) {
+    Apply(tracker_->Poll(now), now);
+    wait = tracker_->BeforeLaunch(stream, now, ticket);
+  }
+  return wait;
+}
+
+void ComputeLimiter::AfterLaunch(const LaunchTicket& ticket, bool launched, int64_t now) {
+  PollResult polled;
+  int64_t estimate = tracker_->AfterLaunch(ticket, launched, now, &polled);
+  if (estimate > 0) controller_->Charge(estimate, now);
+  Apply(polled, now);
+}
+
+LaunchTicket ComputeLimiter::WaitForAdmission(StreamKey stream, Clock* clock, Sleeper* sleeper) {
+  LaunchTicket ticket;
+  for (;;) {
+    int64_t wait = BeforeLaunch(stream, clock->NowNs(), &ticket);
+    if (wait <= 0) return ticket;
+    sleeper->SleepNs(wait);
+  }
+}
+
+void ComputeLimiter::BeforeSynchronize(int64_t now) { tracker_->Flush(now); }
+
+void ComputeLimiter::OnStreamDestroyed(StreamKey stream, int64_t now) {
+  tracker_->OnStreamDestroyed(stream, now);
+}
+
+void ComputeLimiter::Tick(int64_t now) {
+  Apply(tracker_->Tick(now), now);
+  if (tracker_->HasPendingWork()) controller_->NoteActivity(now);
+  controller_->MaybeUpdate(now);
+}
+
+void ComputeLimiter::Reset(bool destroy_events) { tracker_->Reset(destroy_events); }
+
+}  // namespace vgpu::compute

@@ -1,0 +1,159 @@
+// Several containers (and processes) on one simulated GPU: shares, the soft limit, priority.
+// Ground truth comes from the model; the model time-slices between contexts (2 ms slices), so a
+// container's timing events also see time during which ANOTHER container ran (see
+// docs/compute.md, "Contention"): where that matters the tests say so and feed the reference
+// signal (NVML per-process utilisation in production).
+#include <gtest/gtest.h>
+
+#include <cstdio>
+
+#include "compute/sim_harness.h"
+
+namespace vgpu::compute::sim {
+namespace {
+
+constexpr int64_t kUs = 1'000;
+constexpr int64_t kMs = 1'000'000;
+constexpr int64_t kSec = 1'000'000'000;
+
+WorkloadSpec Saturating(int64_t kernel_ns, int64_t start = 0, int64_t stop = kNever) {
+  WorkloadSpec w;
+  w.kernels_ns = {kernel_ns};
+  w.start_ns = start;
+  w.stop_ns = stop;
+  return w;
+}
+
+ContainerSpec Container(int hard, int soft = 0, int priority = 1, bool reference = false) {
+  ContainerSpec c;
+  c.limits = ComputeLimits::FromPercent(hard, soft, priority);
+  c.reference_signal = reference;
+  return c;
+}
+
+struct Pair {
+  double a = 0;
+  double b = 0;
+};
+
+Pair TwoContainers(int64_t kernel_ns, bool reference) {
+  Simulation sim;
+  int a = sim.AddContainer(Container(30, 0, 1, reference));
+  int b = sim.AddContainer(Container(60, 0, 1, reference));
+  sim.AddThread(sim.AddProcess(a), Saturating(kernel_ns));
+  sim.AddThread(sim.AddProcess(b), Saturating(kernel_ns));
+  sim.RunUntil(6 * kSec);
+  Pair p{100 * sim.ContainerShare(a, 2 * kSec, 6 * kSec), 100 * sim.ContainerShare(b, 2 * kSec, 6 * kSec)};
+  std::printf("containers at 30 and 60, %ld us kernels, reference %d: %.1f and %.1f\n",
+              static_cast<long>(kernel_ns / kUs), reference, p.a, p.b);
+  return p;
+}
+
+TEST(SharingTest, TwoContainersAt30And60EachGetTheirShare) {
+  Pair p = TwoContainers(50 * kUs, /*reference=*/false);
+  EXPECT_NEAR(p.a, 30, 3);
+  EXPECT_NEAR(p.b, 60, 3);
+}
+
+TEST(SharingTest, LongKernelsUnderTimeSlicingNeedTheReferenceSignal) {
+  // 2 ms kernels are preempted at 2 ms slice boundaries: each container's events then include
+  // the other's slices, and events alone under-deliver (never over-deliver).
+  Pair events_only = TwoContainers(2 * kMs, /*reference=*/false);
+  EXPECT_LT(events_only.a, 30);
+  EXPECT_LT(events_only.b, 60);
+  EXPECT_GT(events_only.a, 10);  // neither starves
+  EXPECT_GT(events_only.b, 40);
+  Pair with_reference = TwoContainers(2 * kMs, /*reference=*/true);
+  EXPECT_NEAR(with_reference.a, 30, 3);
+  EXPECT_NEAR(with_reference.b, 60, 3);
+}
+
+TEST(SharingTest, ProcessesOfOneContainerShareOneBudget) {
+  for (int64_t kernel : {50 * kUs, 2 * kMs}) {
+    Simulation sim;
+    int c = sim.AddContainer(Container(30, 0, 1, /*reference=*/true));
+    sim.AddThread(sim.AddProcess(c), Saturating(kernel));
+    sim.AddThread(sim.AddProcess(c), Saturating(kernel));
+    sim.AddThread(sim.AddProcess(c), Saturating(kernel));
+    sim.RunUntil(6 * kSec);
+    EXPECT_NEAR(100 * sim.ContainerShare(c, 2 * kSec, 6 * kSec), 30, 3) << kernel;
+  }
+}
+
+TEST(SharingTest, ProcessesOfOneContainerWithoutReferenceStayBelowTheLimit) {
+  Simulation sim;
+  int c = sim.AddContainer(Container(30));
+  sim.AddThread(sim.AddProcess(c), Saturating(50 * kUs));
+  sim.AddThread(sim.AddProcess(c), Saturating(50 * kUs));
+  sim.RunUntil(4 * kSec);
+  double share = 100 * sim.ContainerShare(c, 1 * kSec, 4 * kSec);
+  std::printf("two processes of one container at 30, events only: %.1f\n", share);
+  EXPECT_LT(share, 31);
+  EXPECT_GT(share, 15);
+}
+
+TEST(SharingTest, SoftLimitBurstsOnlyWhileTheGpuIsOtherwiseIdle) {
+  Simulation sim;
+  int c = sim.AddContainer(Container(30, 80));
+  ContainerSpec neighbour;
+  neighbour.use_limiter = false;  // an unlimited job without vgpu
+  int n = sim.AddContainer(neighbour);
+  sim.AddThread(sim.AddProcess(c), Saturating(50 * kUs));
+  sim.AddThread(sim.AddProcess(n), Saturating(50 * kUs, 3 * kSec, 6 * kSec));
+  sim.RunUntil(9 * kSec);
+  double alone = 100 * sim.ContainerShare(c, 1 * kSec, 3 * kSec);
+  double shared = 100 * sim.ContainerShare(c, 3200 * kMs, 6 * kSec);
+  double alone_again = 100 * sim.ContainerShare(c, 7 * kSec, 9 * kSec);
+  std::printf("soft 30/80: alone %.1f, busy neighbour %.1f, alone again %.1f\n", alone, shared,
+              alone_again);
+  EXPECT_NEAR(alone, 80, 3);
+  EXPECT_NEAR(shared, 30, 3);
+  EXPECT_NEAR(alone_again, 80, 3);
+  // The fall-back is quick: within 200 ms of the neighbour starting.
+  EXPECT_LT(100 * sim.ContainerShare(c, 3200 * kMs, 3400 * kMs), 35);
+}
+
+// A low-priority container (30%) runs; a high-priority one runs from 2 s to 4 s.
+void CheckPriority(int low_limit, int64_t kernel_ns, double expect_low) {
+  Simulation sim;
+  int low = sim.AddContainer(Container(low_limit, 0, 1));
+  int high = sim.AddContainer(Container(50, 0, 0));
+  sim.AddThread(sim.AddProcess(low), Saturating(kernel_ns));
+  sim.AddThread(sim.AddProcess(high), Saturating(kernel_ns, 2 * kSec, 4 * kSec));
+  sim.RunUntil(6 * kSec);
+  EXPECT_NEAR(100 * sim.ContainerShare(low, 1 * kSec, 2 * kSec), expect_low, 3);
+  // Within 100 ms the low-priority container is down to at most 5%, in every 50 ms window.
+  for (int64_t t = 2100 * kMs; t < 4 * kSec; t += 50 * kMs) {
+    ASSERT_LE(100 * sim.ContainerShare(low, t, t + 50 * kMs), 5.0) << t / kMs << " ms";
+  }
+  EXPECT_NEAR(100 * sim.ContainerShare(high, 2100 * kMs, 4 * kSec), 50, 3);
+  // It recovers once the heartbeat has expired (200 ms) ...
+  EXPECT_NEAR(100 * sim.ContainerShare(low, 4300 * kMs, 4500 * kMs), expect_low, 5);
+  EXPECT_NEAR(100 * sim.ContainerShare(low, 4500 * kMs, 6 * kSec), expect_low, 3);
+}
+
+TEST(SharingTest, LowPriorityYieldsWithin100MsAndRecovers) {
+  CheckPriority(30, 50 * kUs, 30);
+  CheckPriority(30, 2 * kMs, 30);
+}
+
+TEST(SharingTest, UnlimitedLowPriorityContainerYieldsToo) { CheckPriority(0, 100 * kUs, 100); }
+
+TEST(SharingTest, BackgroundTickKeepsMeasurementExactWithoutSynchronisation) {
+  // Asynchronous launches with host work between them and no synchronisation at all.
+  for (int64_t tick : {int64_t{0}, 2 * kMs}) {
+    Simulation sim;
+    ContainerSpec spec = Container(30);
+    spec.tick_ns = tick;
+    int c = sim.AddContainer(spec);
+    WorkloadSpec w;
+    w.kernels_ns = {50 * kUs, 50 * kUs, 50 * kUs, 50 * kUs, 2 * kMs};
+    w.think_ns = 100 * kUs;
+    sim.AddThread(sim.AddProcess(c), w);
+    sim.RunUntil(4 * kSec);
+    EXPECT_NEAR(100 * sim.ContainerShare(c, 1 * kSec, 4 * kSec), 30, 3) << tick;
+  }
+}
+
+}  // namespace
+}  // namespace vgpu::compute::sim

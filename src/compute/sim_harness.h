@@ -1,0 +1,104 @@
+// Test-only: simulated containers, processes and application threads driving the real limiter
+// (ComputeLimiter = BusyTracker + Controller) against the SimGpu, on a simulated clock.
+//
+// A Simulation is one GPU. Containers own a ComputeShareState (shared by their processes) and
+// limits; each process is one GPU context with its own BusyTracker and ComputeLimiter over a
+// SimEventOps; each thread runs a WorkloadSpec: launches kernels (or graphs) round-robin over its
+// streams, optionally synchronising every N launches, thinking between launches, blocking when
+// a stream holds max_queue commands (CUDA's launch queue). Host costs (launch call, event record
+// and query, oversleep of nanosleep, wake-up after a synchronisation) advance the thread's clock.
+//
+// Deterministic: no wall clock, no threads; randomness from explicit seeds.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "compute/busy_tracker.h"
+#include "compute/compute_state.h"
+#include "compute/controller.h"
+#include "compute/limiter.h"
+#include "compute/sim_model.h"
+
+namespace vgpu::compute::sim {
+
+// Defaults measured on an H200 (driver 580, CUDA 13.0): cuLaunchKernel 4.3 us, cuEventRecord
+// 1.1-1.5 us, cuEventQuery 0.22 us, cuEventElapsedTime 0.1 us.
+struct HostCosts {
+  int64_t launch_ns = 4'300;      // the application's launch call
+  int64_t hook_ns = 100;          // limiter bookkeeping per launch attempt
+  int64_t oversleep_ns = 60'000;  // nanosleep overshoot (default 50 us timer slack + wake-up)
+  int64_t sync_wake_ns = 5'000;   // stream drained -> synchronising thread runs again
+  SimOpCosts ops;
+};
+
+struct WorkloadSpec {
+  std::vector<int64_t> kernels_ns{50'000};  // durations, cycled (or drawn at random: shuffle)
+  bool shuffle = false;
+  uint64_t seed = 1;
+  int graph_kernels = 0;        // > 0: every launch is a graph of this many kernels
+  int streams = 1;              // launches go round-robin over this many streams of the process
+  int sync_every = 0;           // synchronise every N launches (0: never)
+  int64_t think_ns = 0;         // host time between launches
+  int64_t think_after_sync_ns = 0;
+  int max_queue = 1024;         // a launch blocks while the stream holds this many commands
+  int64_t start_ns = 0;
+  int64_t stop_ns = kNever;
+};
+
+struct ContainerSpec {
+  ComputeLimits limits;
+  ControllerOptions controller;
+  BusyTrackerOptions tracker;
+  bool use_limiter = true;        // false: launches bypass vgpu entirely (no limit, no heartbeat)
+  bool others_signal = true;      // provide OthersBusy() (device busy minus own, lagged)
+  bool reference_signal = false;  // provide ReferenceShare() (own true share, lagged)
+  int64_t signal_window_ns = 200'000'000;
+  int64_t signal_lag_ns = 100'000'000;  // signals are computed up to a multiple of this
+  int64_t tick_ns = 0;            // > 0: a background Tick() every tick_ns in each process
+};
+
+class Simulation {
+ public:
+  explicit Simulation(const SimGpuParams& gpu = SimGpuParams(), const HostCosts& costs = HostCosts());
+  ~Simulation();
+
+  int AddContainer(const ContainerSpec& spec);
+  int AddProcess(int container);
+  void AddThread(int process, const WorkloadSpec& workload);
+
+  void RunUntil(int64_t time);
+
+  // Ground truth: fraction of [from, to) during which the container's kernels ran.
+  double ContainerShare(int container, int64_t from, int64_t to) const;
+  double DeviceShare(int64_t from, int64_t to) const;
+  ControllerSnapshot Snapshot(int container) const;
+  TrackerStats Stats(int process) const;
+  int64_t launches(int process) const;
+  SimGpu& gpu() { return gpu_; }
+  int64_t now() const { return now_; }
+
+ private:
+  struct Container;
+  struct Process;
+  struct Thread;
+  class Signals;
+
+  void Step(Thread& thread, int64_t t);
+  void StepLaunch(Thread& thread, int64_t t);
+  void WakeWaiters(int64_t t);
+  int64_t NextTick() const;
+  void RunTicks(int64_t t);
+
+  SimGpu gpu_;
+  HostCosts costs_;
+  int64_t now_ = 0;
+  PriorityBoard board_{};
+  std::vector<std::unique_ptr<Container>> containers_;
+  std::vector<std::unique_ptr<Process>> processes_;
+  std::vector<std::unique_ptr<Thread>> threads_;
+};
+
+}  // namespace vgpu::compute::sim

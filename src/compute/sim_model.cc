@@ -1,0 +1,244 @@
+#include "compute/sim_model.h"
+
+#include <algorithm>
+
+namespace vgpu::compute::sim {
+
+SimGpu::SimGpu(const SimGpuParams& params) : params_(params) {}
+
+int SimGpu::AddContext() {
+  contexts_.emplace_back();
+  context_busy_.emplace_back();
+  return static_cast<int>(contexts_.size()) - 1;
+}
+
+int SimGpu::AddStream(int context) {
+  streams_.push_back(Stream{context, {}});
+  int id = static_cast<int>(streams_.size()) - 1;
+  contexts_[context].streams.push_back(id);
+  return id;
+}
+
+void SimGpu::Launch(int stream, int64_t host_ns, int64_t duration_ns) {
+  int64_t visible = std::max(host_ns + params_.submit_latency_ns, now_);
+  int64_t gpu_time = std::max<int64_t>(duration_ns, 0) + params_.kernel_overhead_ns;
+  streams_[stream].queue.push_back(Command{false, visible, gpu_time, 0, 0});
+}
+
+void SimGpu::LaunchGraph(int stream, int64_t host_ns, const std::vector<int64_t>& kernels) {
+  for (int64_t k : kernels) Launch(stream, host_ns, k);
+}
+
+EventId SimGpu::CreateEvent(int context) {
+  events_.push_back(Event{context});
+  return static_cast<EventId>(events_.size());  // ids start at 1
+}
+
+bool SimGpu::RecordEvent(EventId event, int stream, int64_t host_ns) {
+  if (event == 0 || event > events_.size() || stream < 0 ||
+      stream >= static_cast<int>(streams_.size())) {
+    return false;
+  }
+  Event& e = events_[event - 1];
+  if (e.context != streams_[stream].context) return false;
+  e.recorded = true;
+  e.done = false;
+  ++e.generation;
+  int64_t visible = std::max(host_ns + params_.submit_latency_ns, now_);
+  streams_[stream].queue.push_back(Command{true, visible, 0, event, e.generation});
+  return true;
+}
+
+EventState SimGpu::QueryEvent(EventId event) const {
+  if (event == 0 || event > events_.size()) return EventState::kError;
+  const Event& e = events_[event - 1];
+  if (!e.recorded) return EventState::kReady;  // cuEventQuery on a never-recorded event
+  return e.done ? EventState::kReady : EventState::kNotReady;
+}
+
+bool SimGpu::ElapsedMs(EventId from, EventId to, float* ms) const {
+  if (from == 0 || to == 0 || from > events_.size() || to > events_.size()) return false;
+  const Event& a = events_[from - 1];
+  const Event& b = events_[to - 1];
+  if (!a.done || !b.done) return false;
+  *ms = static_cast<float>(static_cast<double>(b.time - a.time) / 1e6);  // float, as CUDA's
+  return true;
+}
+
+int64_t SimGpu::EventTime(EventId event) const { return events_[event - 1].time; }
+
+int SimGpu::PendingCommands(int stream) const {
+  return static_cast<int>(streams_[stream].queue.size());
+}
+
+// --- Execution -----------------------------------------------------------------------------
+
+bool SimGpu::HeadRunnable(const Stream& s) const {
+  return !s.queue.empty() && s.queue.front().visible_ns <= now_;
+}
+
+bool SimGpu::ContextReady(int context) const {
+  for (int id : contexts_[context].streams) {
+    if (HeadRunnable(streams_[id])) return true;
+  }
+  return false;
+}
+
+bool SimGpu::ContextRunsKernel(int context) const {
+  for (int id : contexts_[context].streams) {
+    const Stream& s = streams_[id];
+    if (HeadRunnable(s) && !s.queue.front().is_event) return true;
+  }
+  return false;
+}
+
+// Completes what the active context can complete right now. Returns whether anything changed.
+bool SimGpu::SettleActive() {
+  if (active_ < 0) return false;
+  bool changed = false;
+  for (int id : contexts_[active_].streams) {
+    Stream& s = streams_[id];
+    while (HeadRunnable(s)) {
+      Command& head = s.queue.front();
+      if (head.is_event) {
+        Event& e = events_[head.event - 1];
+        if (e.generation == head.generation) {
+          e.done = true;
+          e.time = now_ / params_.event_resolution_ns * params_.event_resolution_ns;
+        }
+      } else if (head.remaining_ns > 0) {
+        break;
+      }
+      s.queue.pop_front();
+      changed = true;
+    }
+  }
+  return changed;
+}
+
+// Round-robin among ready contexts: switch when the active one has nothing to run, or when its
+// time slice is over and another one is waiting.
+void SimGpu::ChooseContext() {
+  int n = static_cast<int>(contexts_.size());
+  bool active_ready = active_ >= 0 && ContextReady(active_);
+  bool slice_over = active_ready && now_ - active_since_ >= params_.timeslice_ns;
+  if (active_ready && !slice_over) return;
+  int start = active_ < 0 ? 0 : active_ + 1;
+  for (int i = 0; i < n; ++i) {
+    int c = (start + i) % n;
+    if (c != active_ && ContextReady(c)) {
+      active_ = c;
+      active_since_ = now_;
+      return;
+    }
+  }
+  if (!active_ready) active_ = -1;
+  else active_since_ = now_;  // nobody else waits: the slice restarts
+}
+
+void SimGpu::Settle() {
+  for (int guard = 0; guard < 64; ++guard) {
+    bool changed = SettleActive();
+    int before = active_;
+    ChooseContext();
+    if (!changed && before == active_) return;
+  }
+}
+
+int64_t SimGpu::NextChangeNs() const {
+  int64_t next = kNever;
+  bool others_waiting = false;
+  for (const Stream& s : streams_) {
+    if (s.queue.empty()) continue;
+    const Command& head = s.queue.front();
+    if (head.visible_ns > now_) {
+      next = std::min(next, head.visible_ns);
+    } else if (s.context == active_ && !head.is_event) {
+      next = std::min(next, now_ + head.remaining_ns);
+    } else if (s.context != active_) {
+      others_waiting = true;
+    }
+  }
+  if (active_ >= 0 && others_waiting) {
+    next = std::min(next, std::max(active_since_ + params_.timeslice_ns, now_ + 1));
+  }
+  return next;
+}
+
+void SimGpu::Progress(int64_t dt) {
+  if (dt <= 0) return;
+  if (active_ >= 0 && ContextRunsKernel(active_)) {
+    AddBusy(&context_busy_[active_], now_, now_ + dt);
+    AddBusy(&device_busy_, now_, now_ + dt);
+    for (int id : contexts_[active_].streams) {
+      Stream& s = streams_[id];
+      if (HeadRunnable(s) && !s.queue.front().is_event) s.queue.front().remaining_ns -= dt;
+    }
+  }
+  now_ += dt;
+}
+
+void SimGpu::AdvanceTo(int64_t time) {
+  Settle();
+  while (now_ < time) {
+    int64_t next = std::min(NextChangeNs(), time);
+    Progress(next - now_);
+    Settle();
+  }
+}
+
+// --- Ground truth --------------------------------------------------------------------------
+
+void SimGpu::AddBusy(std::vector<int64_t>* buckets, int64_t from, int64_t to) {
+  int64_t b = params_.bucket_ns;
+  while (from < to) {
+    size_t index = static_cast<size_t>(from / b);
+    if (buckets->size() <= index) buckets->resize(index + 1024, 0);
+    int64_t end = std::min(to, (from / b + 1) * b);
+    (*buckets)[index] += end - from;
+    from = end;
+  }
+}
+
+int64_t SimGpu::SumBuckets(const std::vector<int64_t>& buckets, int64_t bucket_ns, int64_t from,
+                           int64_t to) {
+  int64_t sum = 0;
+  for (int64_t i = from / bucket_ns; i * bucket_ns < to; ++i) {
+    if (i >= 0 && static_cast<size_t>(i) < buckets.size()) sum += buckets[i];
+  }
+  return sum;
+}
+
+int64_t SimGpu::ContextBusyNs(int context, int64_t from, int64_t to) const {
+  return SumBuckets(context_busy_[context], params_.bucket_ns, from, to);
+}
+
+int64_t SimGpu::DeviceBusyNs(int64_t from, int64_t to) const {
+  return SumBuckets(device_busy_, params_.bucket_ns, from, to);
+}
+
+// --- GpuEventOps ---------------------------------------------------------------------------
+
+bool SimEventOps::Create(EventId* event) {
+  *event = gpu_->CreateEvent(context_);
+  return true;
+}
+
+bool SimEventOps::Record(EventId event, StreamKey stream) {
+  int64_t at = cursor_ != nullptr ? *cursor_ : gpu_->now();
+  Spend(costs_.record_ns);
+  ++records_;
+  return gpu_->RecordEvent(event, static_cast<int>(stream), at);
+}
+
+EventState SimEventOps::Query(EventId event) {
+  Spend(costs_.query_ns);
+  return gpu_->QueryEvent(event);
+}
+
+bool SimEventOps::ElapsedMs(EventId from, EventId to, float* ms) {
+  Spend(costs_.elapsed_ns);
+  return gpu_->ElapsedMs(from, to, ms);
+}
+
+}  // namespace vgpu::compute::sim

@@ -1,0 +1,150 @@
+// Test-only: a discrete-event model of one GPU executing kernels from several contexts
+// (processes) and streams, with timing events, for the compute limiter's unit tests.
+//
+// What it models (the properties the limiter depends on):
+//   - Streams are FIFO queues. A command becomes visible to the GPU submit_latency_ns after the
+//     host submits it; it starts when it is at the head of its stream and visible.
+//   - A kernel occupies the GPU for its duration plus kernel_overhead_ns.
+//   - Within a context, the heads of all its streams run concurrently (a kernel's duration is its
+//     exclusive run time; concurrent kernels do not slow each other).
+//   - Contexts time-slice: one is active at a time. The GPU switches when the active context has
+//     nothing runnable, or after timeslice_ns while another context has work. A switched-out
+//     context's kernels are preempted and resume later; its events also wait (an event is
+//     processed, and time-stamped, only while its context is active).
+//   - An event command completes when it reaches the head of its stream (everything before it
+//     finished) and its context is active; its timestamp is quantised to event_resolution_ns.
+//     Re-recording an event re-arms it (cuEventRecord semantics).
+//   - Ground truth: per context and for the device, the time during which at least one kernel ran,
+//     accumulated in buckets of bucket_ns.
+//
+// Time only moves forward through AdvanceTo(); NextChangeNs() tells the driver loop when the GPU
+// state changes next. Not thread-safe (the simulation is single-threaded).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <limits>
+#include <vector>
+
+#include "compute/gpu_events.h"
+
+namespace vgpu::compute::sim {
+
+inline constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
+
+struct SimGpuParams {
+  // GPU time every kernel takes on top of its duration (launch processing; NVML's GPU-Util counts
+  // it as busy: back-to-back empty kernels take 1.4 us each on an H200).
+  int64_t kernel_overhead_ns = 1'400;
+  int64_t submit_latency_ns = 3'000;
+  int64_t timeslice_ns = 2'000'000;
+  int64_t event_resolution_ns = 500;
+  int64_t bucket_ns = 1'000'000;
+};
+
+class SimGpu {
+ public:
+  explicit SimGpu(const SimGpuParams& params = SimGpuParams());
+
+  int AddContext();
+  int AddStream(int context);  // stream ids are global
+
+  // Enqueues kernels at host time `host_ns` (a graph launch is several kernels in a row).
+  void Launch(int stream, int64_t host_ns, int64_t duration_ns);
+  void LaunchGraph(int stream, int64_t host_ns, const std::vector<int64_t>& kernels);
+
+  EventId CreateEvent(int context);
+  bool RecordEvent(EventId event, int stream, int64_t host_ns);
+  EventState QueryEvent(EventId event) const;
+  bool ElapsedMs(EventId from, EventId to, float* ms) const;
+  // Timestamp of a completed event (tests).
+  int64_t EventTime(EventId event) const;
+
+  void AdvanceTo(int64_t time);
+  int64_t NextChangeNs() const;
+  int64_t now() const { return now_; }
+
+  int PendingCommands(int stream) const;  // commands not finished (kernels and events)
+  bool StreamDrained(int stream) const { return PendingCommands(stream) == 0; }
+
+  // Ground truth over [from, to) (bucket-aligned for exact results).
+  int64_t ContextBusyNs(int context, int64_t from, int64_t to) const;
+  int64_t DeviceBusyNs(int64_t from, int64_t to) const;
+
+ private:
+  struct Command {
+    bool is_event;
+    int64_t visible_ns;
+    int64_t remaining_ns;     // kernels
+    EventId event;            // events
+    uint64_t generation;      // events: which record of the event this is
+  };
+  struct Stream {
+    int context;
+    std::deque<Command> queue;
+  };
+  struct Context {
+    std::vector<int> streams;
+  };
+  struct Event {
+    int context;
+    bool recorded = false;
+    bool done = false;
+    int64_t time = 0;
+    uint64_t generation = 0;
+  };
+
+  bool HeadRunnable(const Stream& s) const;
+  bool ContextReady(int context) const;
+  bool ContextRunsKernel(int context) const;
+  bool SettleActive();
+  void ChooseContext();
+  void Settle();
+  void Progress(int64_t dt);
+  void AddBusy(std::vector<int64_t>* buckets, int64_t from, int64_t to);
+  static int64_t SumBuckets(const std::vector<int64_t>& buckets, int64_t bucket_ns, int64_t from,
+                            int64_t to);
+
+  SimGpuParams params_;
+  int64_t now_ = 0;
+  int active_ = -1;
+  int64_t active_since_ = 0;
+  std::vector<Stream> streams_;
+  std::vector<Context> contexts_;
+  std::vector<Event> events_;
+  std::vector<std::vector<int64_t>> context_busy_;
+  std::vector<int64_t> device_busy_;
+};
+
+// GpuEventOps over a SimGpu for one context. Stream keys are SimGpu stream ids. Each call costs
+// host time: it advances *cursor (the calling simulated thread's clock) by the configured cost,
+// and commands are stamped with the cursor.
+struct SimOpCosts {
+  int64_t record_ns = 1'200;
+  int64_t query_ns = 220;
+  int64_t elapsed_ns = 100;
+};
+
+class SimEventOps final : public GpuEventOps {
+ public:
+  SimEventOps(SimGpu* gpu, int context, const SimOpCosts& costs) : gpu_(gpu), context_(context), costs_(costs) {}
+  void set_cursor(int64_t* cursor) { cursor_ = cursor; }
+  bool Create(EventId* event) override;
+  void Destroy(EventId) override {}
+  bool Record(EventId event, StreamKey stream) override;
+  EventState Query(EventId event) override;
+  bool ElapsedMs(EventId from, EventId to, float* ms) override;
+  int records() const { return records_; }
+
+ private:
+  void Spend(int64_t ns) {
+    if (cursor_ != nullptr) *cursor_ += ns;
+  }
+  SimGpu* gpu_;
+  int context_;
+  SimOpCosts costs_;
+  int64_t* cursor_ = nullptr;
+  int records_ = 0;
+};
+
+}  // namespace vgpu::compute::sim
