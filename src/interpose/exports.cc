@@ -7,6 +7,7 @@
 #include <cuda.h>
 
 #include "common/log.h"
+#include "interpose/compute_limit.h"
 #include "interpose/handlers.h"
 #include "interpose/hook_table.h"
 #include "interpose/loader.h"
@@ -21,7 +22,8 @@ inline void NoteExportedCall(vgpu::HookId id) {
 
 }  // namespace
 
-// Dispatch for each kind: OWN calls the handler, PASS forwards to the real entry.
+// Dispatch for each kind: OWN calls the handler, PASS forwards to the real entry, GATED forwards
+// like PASS unless a compute limit is enabled (one relaxed load), then calls the handler.
 // The symbol reaches these macros only as tokens pasted at the first level (kHook_x, Pfn_x,
 // hook_x), never as a bare name a cuda.h macro could rewrite.
 // The exported variants note the call for the verbose log after the library state (and so the
@@ -40,6 +42,18 @@ inline void NoteExportedCall(vgpu::HookId id) {
   if (__builtin_expect(real == nullptr, 0)) return vgpu::Missing##lib##Entry(vgpu::id); \
   NoteExportedCall(vgpu::id);                                                          \
   return reinterpret_cast<vgpu::pfn>(real) args;
+
+#define VGPU_THUNK_GATED(ret, lib, id, pfn, handler, args)                             \
+  void* real = vgpu::Real##lib(vgpu::id);                                              \
+  if (__builtin_expect(real == nullptr, 0)) return vgpu::Missing##lib##Entry(vgpu::id); \
+  if (__builtin_expect(!vgpu::compute_limit::Enabled(), 1)) return reinterpret_cast<vgpu::pfn>(real) args; \
+  return vgpu::hooks::handler args;
+#define VGPU_EXPORT_GATED(ret, lib, id, pfn, handler, args)                            \
+  void* real = vgpu::Real##lib(vgpu::id);                                              \
+  if (__builtin_expect(real == nullptr, 0)) return vgpu::Missing##lib##Entry(vgpu::id); \
+  NoteExportedCall(vgpu::id);                                                          \
+  if (__builtin_expect(!vgpu::compute_limit::Enabled(), 1)) return reinterpret_cast<vgpu::pfn>(real) args; \
+  return vgpu::hooks::handler args;
 
 #define VGPU_DEFINE_HOOK(kind, ret, lib, name, id, pfn, handler, exported, thunk, params, args) \
   VGPU_EXPORT ret exported params __asm__(name);                                              \

@@ -1,4 +1,4 @@
-// Hand-written hook handlers (entries marked OWN in the hook tables).
+// Hand-written hook handlers (entries marked OWN or GATED in the hook tables).
 //
 // Each handler has the exact signature of its driver entry and is reached from all three layers
 // (exported symbol, dlsym, cuGetProcAddress). Handlers are called with the library state
@@ -13,6 +13,7 @@ namespace vgpu::hooks {
 // The handler name is pasted at the first level so cuda.h's version macros cannot rewrite it.
 #define VGPU_OWN_OWN(ret, handler, params) ret handler params;
 #define VGPU_OWN_PASS(ret, handler, params)
+#define VGPU_OWN_GATED(ret, handler, params) ret handler params;
 #define VGPU_CUDA_HOOK(kind, sym, params, args) VGPU_OWN_##kind(CUresult, hook_##sym, params)
 #define VGPU_NVML_HOOK(kind, sym, params, args) VGPU_OWN_##kind(nvmlReturn_t, hook_##sym, params)
 #include "interpose/cuda_hooks.def"
@@ -21,5 +22,6 @@ namespace vgpu::hooks {
 #undef VGPU_NVML_HOOK
 #undef VGPU_OWN_OWN
 #undef VGPU_OWN_PASS
+#undef VGPU_OWN_GATED
 
 }  // namespace vgpu::hooks

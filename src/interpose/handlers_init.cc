@@ -4,6 +4,7 @@
 #include <string>
 
 #include "common/log.h"
+#include "interpose/compute_limit.h"
 #include "interpose/handlers.h"
 #include "interpose/loader.h"
 #include "interpose/memory_accounting.h"
@@ -47,6 +48,7 @@ CUresult hook_cuInit(unsigned int flags) {
     VGPU_ERROR("cuInit refused: memory limits are configured but cannot be enforced: %s", error.c_str());
     return CUDA_ERROR_NOT_PERMITTED;
   }
+  compute_limit::InitForCuInit();
   return result;
 }
 

@@ -99,7 +99,8 @@ bool InitForCuInit(std::string* error) {
   const Runtime& runtime = GetRuntime();
   const Config& config = runtime.config;
   if (runtime.passthrough()) return true;
-  const bool wanted = config.HasAnyMemoryLimit() || !config.shared_cache_path.empty();
+  // A compute limit needs the ledger too: its budget is shared by the container's processes there.
+  const bool wanted = config.HasAnyMemoryLimit() || config.HasAnySmLimit() || !config.shared_cache_path.empty();
   if (!wanted) return true;
   std::lock_guard<std::mutex> lock(s.init_mu);
   if (!s.ledger) {
@@ -124,6 +125,10 @@ bool InitForCuInit(std::string* error) {
 }
 
 bool Enabled() { return g_enabled.load(std::memory_order_relaxed); }
+
+ledger::Ledger* SharedLedger() {
+  return g_enabled.load(std::memory_order_acquire) ? S().ledger.get() : nullptr;
+}
 
 std::string UuidOfOrdinal(int ordinal) {
   if (!EnsureCudaLoaded() || !g_cuda.cuDeviceGet || !g_cuda.cuDeviceGetUuid_v2) return {};

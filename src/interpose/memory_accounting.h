@@ -1,7 +1,7 @@
 // Device-memory accounting of this process against its container's ledger.
 //
-// Enabled when a memory limit is configured or a ledger path is given (otherwise every memory
-// hook is a plain forwarder). Initialised by cuInit (InitForCuInit): opening the ledger can
+// Enabled when a memory or compute limit is configured or a ledger path is given (otherwise every
+// memory hook is a plain forwarder). Initialised by cuInit (InitForCuInit): opening the ledger can
 // fail, and then cuInit is refused, so a job never runs unlimited because its ledger is broken.
 //
 // Devices: the CUDA ordinal of the current context is mapped to a ledger device by the GPU's
@@ -15,6 +15,10 @@
 #include <cstdint>
 #include <string>
 
+namespace vgpu::ledger {
+class Ledger;
+}  // namespace vgpu::ledger
+
 namespace vgpu::memory {
 
 // Opens the ledger and registers this process. Returns false with *error set when memory
@@ -23,6 +27,10 @@ bool InitForCuInit(std::string* error);
 
 // Whether allocations are accounted (a relaxed load; the hot-path check).
 bool Enabled();
+
+// The container's ledger once InitForCuInit opened it (it also holds the compute limiter's shared
+// state, so a compute limit opens it too), else nullptr. Valid for the life of the process.
+ledger::Ledger* SharedLedger();
 
 // Ledger device of the calling thread's current context, or -1 (no context, unknown device).
 // On -1 the caller forwards the call: the driver refuses it the same way.

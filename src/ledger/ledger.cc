@@ -350,6 +350,11 @@ int Ledger::SmSoftLimit(int device) const {
   return static_cast<int>(impl_->file->devices[device].sm_soft_limit.load(kRelaxed));
 }
 
+compute::ComputeShareState* Ledger::ComputeState(int device) const {
+  if (impl_->read_only || device < 0 || device >= kLedgerMaxDevices) return nullptr;
+  return &impl_->file->compute[device];
+}
+
 int Ledger::TaskPriority() const {
   return static_cast<int>(impl_->file->header.task_priority.load(kRelaxed));
 }

@@ -51,6 +51,10 @@
 #include <string>
 #include <vector>
 
+namespace vgpu::compute {
+struct ComputeShareState;
+}  // namespace vgpu::compute
+
 namespace vgpu::ledger {
 
 inline constexpr int kLedgerMaxDevices = 16;
@@ -180,6 +184,10 @@ class Ledger {
   int SmSoftLimit(int device) const;
   int TaskPriority() const;
   int DeviceCount() const;
+  // The compute limiter's shared state of a device record, in the mapping (lock-free atomics,
+  // used without the ledger lock; valid as long as this Ledger). nullptr for a read-only ledger
+  // or a device out of range.
+  compute::ComputeShareState* ComputeState(int device) const;
   // The limits now in the file (authority, defaults, one DeviceLimit per device record).
   LimitSet Limits() const;
 

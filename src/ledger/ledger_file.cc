@@ -138,6 +138,7 @@ void InitFile(File* file, const LimitSet& limits, const std::string& boot_id, ui
   h.device_record_size = sizeof(format::DeviceRecord);
   h.process_slot_size = sizeof(format::ProcessSlot);
   h.devices_offset = offsetof(File, devices);
+  h.compute_offset = offsetof(File, compute);
   h.slots_offset = offsetof(File, slots);
   memcpy(h.boot_id, boot_id.data(), std::min(boot_id.size(), sizeof(h.boot_id) - 1));
   InitMutex(&h.mutex);
@@ -217,7 +218,8 @@ LedgerStatus CheckShape(const std::string& path, const void* bytes, uint64_t siz
   if (file_size > sizeof(File)) return bad("wrong size: " + N(file_size) + " bytes, expected " + N(sizeof(File)));
   if (h.max_devices != kLedgerMaxDevices || h.max_processes != kLedgerMaxProcesses ||
       h.device_record_size != sizeof(format::DeviceRecord) || h.process_slot_size != sizeof(format::ProcessSlot) ||
-      h.devices_offset != offsetof(File, devices) || h.slots_offset != offsetof(File, slots)) {
+      h.devices_offset != offsetof(File, devices) || h.slots_offset != offsetof(File, slots) ||
+      h.compute_offset != offsetof(File, compute)) {
     return bad("table geometry does not match layout version " + N(format::kLayoutVersion));
   }
   if (h.ready.load(std::memory_order_acquire) != format::kReadyValue) {
@@ -254,6 +256,8 @@ LedgerStatus ReconcileBoot(int fd, File* file, const std::string& path) {
       h.slot_high_water = 0;
       h.last_reclaim_ns = 0;
       for (int d = 0; d < kLedgerMaxDevices; ++d) file->devices[d].used.store(0, std::memory_order_relaxed);
+      // The compute state holds CLOCK_MONOTONIC times of the old boot: start afresh.
+      memset(static_cast<void*>(file->compute), 0, sizeof(file->compute));
     }
     memset(h.boot_id, 0, sizeof(h.boot_id));
     memcpy(h.boot_id, current.data(), std::min(current.size(), sizeof(h.boot_id) - 1));

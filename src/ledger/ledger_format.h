@@ -1,4 +1,8 @@
-// On-disk (and in-memory: the file is mapped) layout of the ledger, layout version 1.
+// On-disk (and in-memory: the file is mapped) layout of the ledger, layout version 2.
+//
+// Version 2 appended the compute limiter's shared state (compute::ComputeShareState, one per
+// device record, format pinned in compute/compute_state.h) and its offset in the header; a
+// version-1 file is refused as a wrong version, never misread.
 //
 // This header IS the file format; docs/ledger.md describes every field. Rules:
 //   - Fixed-width fields only, native byte order (the file never leaves the host), no pointers.
@@ -19,12 +23,13 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "compute/compute_state.h"
 #include "ledger/ledger.h"
 
 namespace vgpu::ledger::format {
 
 inline constexpr char kMagic[8] = {'V', 'G', 'P', 'U', 'L', 'D', 'G', 'R'};
-inline constexpr uint32_t kLayoutVersion = 1;
+inline constexpr uint32_t kLayoutVersion = 2;
 // `ready` holds this value once the file is completely initialised (written last, release).
 inline constexpr uint64_t kReadyValue = 0x5245'4144'5921'5631ULL;  // "READY!V1"
 inline constexpr size_t kUuidBytes = 64;    // NUL-padded; at most 63 characters
@@ -55,7 +60,7 @@ struct Header {
   uint64_t devices_offset;       //  56 offsetof(File, devices)
   uint64_t slots_offset;         //  64 offsetof(File, slots)
   char boot_id[kBootIdBytes];    //  72 kernel boot id of the slots' processes (under flock)
-  uint64_t reserved0;            // 120
+  uint64_t compute_offset;       // 120 offsetof(File, compute)
   union {                        // 128 robust, process-shared; guards everything not atomic
     pthread_mutex_t mutex;
     unsigned char mutex_bytes[kMutexBytes];
@@ -104,12 +109,15 @@ struct File {
   Header header;
   DeviceRecord devices[kLedgerMaxDevices];
   ProcessSlot slots[kLedgerMaxProcesses];
+  // Compute limiter state per device record (all-zero = initial; lock-free atomics, never under
+  // the mutex). Times are CLOCK_MONOTONIC: reset when the boot changes.
+  compute::ComputeShareState compute[kLedgerMaxDevices];
 };
 
 // --- The format, pinned --------------------------------------------------------------------
 static_assert(std::is_standard_layout_v<Header> && std::is_standard_layout_v<DeviceRecord> &&
               std::is_standard_layout_v<ProcessSlot> && std::is_standard_layout_v<File>);
-static_assert(kLedgerMaxDevices == 16 && kLedgerMaxProcesses == 1024, "part of layout version 1");
+static_assert(kLedgerMaxDevices == 16 && kLedgerMaxProcesses == 1024, "part of layout version 2");
 
 static_assert(sizeof(Header) == 512);
 static_assert(offsetof(Header, layout_version) == 8);
@@ -124,6 +132,7 @@ static_assert(offsetof(Header, process_slot_size) == 52);
 static_assert(offsetof(Header, devices_offset) == 56);
 static_assert(offsetof(Header, slots_offset) == 64);
 static_assert(offsetof(Header, boot_id) == 72);
+static_assert(offsetof(Header, compute_offset) == 120);
 static_assert(offsetof(Header, mutex) == 128);
 static_assert(offsetof(Header, authority) == 192);
 static_assert(offsetof(Header, device_count) == 196);
@@ -156,7 +165,9 @@ static_assert(offsetof(ProcessSlot, overhead) == 160);
 
 static_assert(offsetof(File, devices) == 512);
 static_assert(offsetof(File, slots) == 2560);
-static_assert(sizeof(File) == 330240);
+static_assert(sizeof(compute::ComputeShareState) == 128);
+static_assert(offsetof(File, compute) == 330240);
+static_assert(sizeof(File) == 332288);
 
 inline constexpr uint64_t kFileSize = sizeof(File);
 

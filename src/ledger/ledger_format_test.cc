@@ -89,11 +89,13 @@ TEST_F(LedgerFormatTest, ValidFileHasTheDocumentedHeader) {
   uint32_t u32 = 0;
   uint64_t u64 = 0;
   memcpy(&u32, valid_.data() + 8, 4);
-  EXPECT_EQ(u32, 1u);
+  EXPECT_EQ(u32, 2u);
   memcpy(&u32, valid_.data() + 12, 4);
   EXPECT_EQ(u32, 512u);
   memcpy(&u64, valid_.data() + 16, 8);
-  EXPECT_EQ(u64, 330240u);
+  EXPECT_EQ(u64, 332288u);
+  memcpy(&u64, valid_.data() + 120, 8);
+  EXPECT_EQ(u64, 330240u) << "compute_offset";
   memcpy(&u64, valid_.data() + 24, 8);
   EXPECT_EQ(u64, format::kReadyValue);
   memcpy(&u32, valid_.data() + offsetof(Header, device_count), 4);
@@ -159,7 +161,7 @@ TEST_F(LedgerFormatTest, HeaderCorruptionIsReported) {
   std::string bytes = valid_;
   memcpy(bytes.data(), "NOTLEDGR", 8);
   ExpectRefused(bytes, "bad magic");
-  for (const uint32_t version : {0u, 2u, 0xffffffffu}) {
+  for (const uint32_t version : {0u, 1u, 3u, 0xffffffffu}) {
     bytes = valid_;
     Put<uint32_t>(&bytes, offsetof(Header, layout_version), version);
     ExpectRefused(bytes, "layout version " + std::to_string(version) + " is not supported");
@@ -182,6 +184,47 @@ TEST_F(LedgerFormatTest, HeaderCorruptionIsReported) {
   bytes = valid_;
   Put<uint64_t>(&bytes, offsetof(Header, slots_offset), 0);
   ExpectRefused(bytes, "table geometry");
+  bytes = valid_;
+  Put<uint64_t>(&bytes, offsetof(Header, compute_offset), 0);
+  ExpectRefused(bytes, "table geometry");
+}
+
+// A layout-version-1 file (330240 bytes, no compute state) is reported as a wrong version, never
+// read as a short version-2 file.
+TEST_F(LedgerFormatTest, VersionOneFileIsRefusedAsWrongVersion) {
+  std::string v1 = valid_.substr(0, 330240);
+  Put<uint32_t>(&v1, offsetof(Header, layout_version), 1);
+  Put<uint64_t>(&v1, offsetof(Header, total_size), 330240);
+  Put<uint64_t>(&v1, offsetof(Header, compute_offset), 0);  // reserved0 in version 1
+  ExpectRefused(v1, "layout version 1 is not supported (this build reads version 2)");
+  LedgerStatus status;
+  EXPECT_EQ(Ledger::OpenReadOnly(last_path_, &status), nullptr);
+  EXPECT_NE(status.message.find("layout version 1 is not supported"), std::string::npos) << status.message;
+}
+
+// The compute state lives in the mapping: two opens of one file share it; read-only has none.
+TEST_F(LedgerFormatTest, ComputeStateIsSharedThroughTheFile) {
+  LedgerStatus status;
+  std::unique_ptr<Ledger> a = Ledger::Open(path_, testing::Uniform(kGiB), &status, nullptr);
+  std::unique_ptr<Ledger> b = Ledger::Open(path_, testing::Uniform(kGiB), &status, nullptr);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  ASSERT_NE(a->ComputeState(1), nullptr);
+  EXPECT_EQ(a->ComputeState(1)->vclock_ns.load(), 0) << "all-zero initial state";
+  a->ComputeState(1)->vclock_ns.store(12345);
+  EXPECT_EQ(b->ComputeState(1)->vclock_ns.load(), 12345);
+  EXPECT_EQ(b->ComputeState(0)->vclock_ns.load(), 0);
+  EXPECT_EQ(a->ComputeState(-1), nullptr);
+  EXPECT_EQ(a->ComputeState(kLedgerMaxDevices), nullptr);
+  a.reset();
+  b.reset();
+  std::unique_ptr<Ledger> ro = Ledger::OpenReadOnly(path_, &status);
+  ASSERT_NE(ro, nullptr) << status.message;
+  EXPECT_EQ(ro->ComputeState(0), nullptr);
+  const std::string bytes = testing::ReadBytes(path_);
+  int64_t stored = 0;
+  memcpy(&stored, bytes.data() + offsetof(File, compute) + sizeof(compute::ComputeShareState), 8);
+  EXPECT_EQ(stored, 12345) << "compute[1].vclock_ns at its documented offset";
 }
 
 TEST_F(LedgerFormatTest, ImpossibleValuesAreReported) {
@@ -240,8 +283,9 @@ TEST_F(LedgerFormatTest, EveryTruncationLengthClassIsReported) {
   const Case cases[] = {
       {0, "truncated: 0 bytes"},       {1, "truncated: 1 bytes"},        {7, "truncated"},
       {8, "truncated: 8 bytes"},       {11, "truncated"},                {12, "shorter than the header"},
-      {200, "shorter than the header"}, {511, "shorter than the header"}, {512, "truncated: 512 of 330240"},
+      {200, "shorter than the header"}, {511, "shorter than the header"}, {512, "truncated: 512 of 332288"},
       {2560, "truncated: 2560 of"},    {100000, "truncated: 100000 of"}, {330239, "truncated: 330239 of"},
+      {330240, "truncated: 330240 of 332288"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.length);
@@ -250,7 +294,7 @@ TEST_F(LedgerFormatTest, EveryTruncationLengthClassIsReported) {
     EXPECT_EQ(Ledger::OpenReadOnly(last_path_, &status), nullptr);
     EXPECT_NE(status.message.find(c.problem), std::string::npos) << status.message;
   }
-  ExpectRefused(valid_ + "x", "wrong size: 330241 bytes");
+  ExpectRefused(valid_ + "x", "wrong size: 332289 bytes");
   ExpectRefused(std::string(format::kFileSize, '\0'), "bad magic");
   // A huge sparse file is refused without being read.
   const std::string huge = dir_.File("huge");
@@ -365,8 +409,10 @@ TEST_F(LedgerFormatTest, ALedgerFromAnotherBootStartsWithNoProcesses) {
   std::string bytes = valid_;
   memcpy(bytes.data() + offsetof(Header, boot_id), "00000000-0000-0000-0000-000000000000", 36);
   memset(bytes.data() + offsetof(Header, mutex), 0x5a, format::kMutexBytes);  // a stale lock word
+  Put<int64_t>(&bytes, offsetof(File, compute), int64_t{1} << 60);  // a budget clock of that boot
   std::unique_ptr<Ledger> ledger;
   ASSERT_TRUE(OpenBytes(bytes, &ledger).ok);
+  EXPECT_EQ(ledger->ComputeState(0)->vclock_ns.load(), 0) << "old-boot monotonic times are dropped";
   EXPECT_EQ(ledger->DeviceUsed(0), 0u);
   EXPECT_EQ(ledger->DeviceUsed(1), 0u);
   const Snapshot snapshot = ledger->Read();

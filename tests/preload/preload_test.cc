@@ -2,6 +2,9 @@
 // with and without libvgpu.so in LD_PRELOAD, and their results are compared.
 #include <gtest/gtest.h>
 
+#include <stdlib.h>
+
+#include <filesystem>
 #include <map>
 #include <string>
 
@@ -26,6 +29,21 @@ Env With(Env env, const Env& extra) {
   for (const auto& [k, v] : extra) env[k] = v;
   return env;
 }
+
+// A private ledger for runs with limits, so that no test depends on (or leaves) a ledger at the
+// default path /tmp/vgpu-<euid>/ledger, where a file from another build may live.
+class PrivateLedger {
+ public:
+  PrivateLedger() {
+    char pattern[] = "/tmp/vgpu-preload-test-XXXXXX";
+    dir_ = mkdtemp(pattern) != nullptr ? pattern : "/tmp";
+  }
+  ~PrivateLedger() { std::filesystem::remove_all(dir_); }
+  Env Variables() const { return {{"CUDA_DEVICE_MEMORY_SHARED_CACHE", dir_ + "/ledger"}}; }
+
+ private:
+  std::string dir_;
+};
 
 std::string Describe(const RunResult& r) {
   return "exit " + std::to_string(r.exit_code) + (r.timed_out ? " (timed out)" : "") + "\n--- stdout\n" +
@@ -115,17 +133,20 @@ TEST(Preload, ContradictoryDialectsAreReportedWithBothNames) {
 }
 
 TEST(Preload, SameValueInTwoDialectsIsAccepted) {
+  const PrivateLedger ledger;
   const RunResult r = RunProgram(
       {Program("driver_api")},
-      With(WithVgpu(), {{"CUDA_DEVICE_MEMORY_LIMIT", "1g"}, {"WRAPPER_MAX_MEMORY", "1073741824"}}));
+      With(With(WithVgpu(), ledger.Variables()), {{"CUDA_DEVICE_MEMORY_LIMIT", "1g"}, {"WRAPPER_MAX_MEMORY", "1073741824"}}));
   EXPECT_EQ(r.exit_code, 0) << Describe(r);
   EXPECT_EQ(r.err, "");
 }
 
 TEST(Preload, VerboseLevelPrintsTheEffectiveConfigurationOnce) {
   for (const Env& level : {Env{{"LIBCUDA_LOG_LEVEL", "3"}}, Env{{"LOGGER_LEVEL", "5"}}}) {
-    const RunResult r = RunProgram(
-        {Program("driver_api")}, With(With(WithVgpu(), level), {{"CUDA_DEVICE_MEMORY_LIMIT", "2GiB"}}));
+    const PrivateLedger ledger;
+    const RunResult r = RunProgram({Program("driver_api")},
+                                   With(With(With(WithVgpu(), level), ledger.Variables()),
+                                        {{"CUDA_DEVICE_MEMORY_LIMIT", "2GiB"}}));
     ASSERT_EQ(r.exit_code, 0) << Describe(r);
     EXPECT_EQ(CountOccurrences(r.err, "effective configuration"), 1) << r.err;
     EXPECT_NE(r.err.find("2 GiB"), std::string::npos) << r.err;

@@ -81,6 +81,15 @@ const Row kRows[] = {
     {"cuLaunchCooperativeKernel", 13000, kPtds, "cuLaunchCooperativeKernel_ptsz"},
     {"cuGraphLaunch", 13000, 0, "cuGraphLaunch"},
     {"cuGraphLaunch", 13000, kPtds, "cuGraphLaunch_ptsz"},
+    {"cuStreamSynchronize", 2000, 0, "cuStreamSynchronize"},
+    {"cuStreamSynchronize", 13000, 0, "cuStreamSynchronize"},
+    {"cuStreamSynchronize", 7000, kPtds, "cuStreamSynchronize_ptsz"},
+    {"cuStreamSynchronize", 13000, kPtds, "cuStreamSynchronize_ptsz"},
+    {"cuCtxSynchronize", 2000, 0, "cuCtxSynchronize"},
+    {"cuEventSynchronize", 2000, 0, "cuEventSynchronize"},
+    {"cuEventSynchronize", 13000, 0, "cuEventSynchronize"},
+    {"cuStreamDestroy", 4000, 0, "cuStreamDestroy_v2"},
+    {"cuStreamDestroy", 13000, 0, "cuStreamDestroy_v2"},
 };
 
 // Every CUDA entry of the hook table; a hook with no row above fails the coverage check.

@@ -1,0 +1,63 @@
+// The compute limit of this process: one compute::ComputeLimiter per ledger device, over the real
+// driver's timing events, sharing the container's budget through the ledger (docs/compute.md).
+//
+// Enabled (g_compute_enabled) by cuInit when the ledger holds a compute limit (1..99%) for any
+// device or as its default, and GPU_CORE_UTILIZATION_POLICY is not "disable". The ledger holds
+// the effective limits: the library creates it from the environment (Config::SmLimit), and an
+// authority's ledger wins, as for memory. While disabled, every GATED hook in cuda_hooks.def is
+// the plain forwarder plus one relaxed load of g_compute_enabled; nothing here runs.
+//
+// While enabled, a device's limiter is created at the first launch on it whose ledger limit is
+// 1..99 (a device without a limit is remembered as such; a limit added later by the authority
+// is not picked up for it). Its timing events live in the context current at that launch; a
+// launch from another context on the device re-binds the limiter (forgetting the old context's
+// events: they may leak if that context is still alive). Streams being captured into a graph are
+// never tracked nor throttled (their launches run when the graph is launched). The per-thread
+// default stream is keyed per thread, and its marks are recorded only from its own thread.
+//
+// No thread: completions are polled from launches and synchronisations (Tick at most every 2 ms).
+// After fork() the child forgets the parent's limiters (it must call cuInit again anyway).
+//
+// Thread safety: all functions may be called from any thread.
+#pragma once
+
+#include <cuda.h>
+
+#include <atomic>
+
+#include "compute/busy_tracker.h"
+
+namespace vgpu::compute_limit {
+
+// True once a compute limit is set anywhere (never reset). The GATED hooks' only extra cost.
+inline std::atomic<bool> g_compute_enabled{false};
+inline bool Enabled() { return g_compute_enabled.load(std::memory_order_relaxed); }
+
+// After memory::InitForCuInit succeeded: enables limiting when the ledger holds a compute limit.
+void InitForCuInit();
+
+struct DeviceLimiter;
+
+// Brackets one launch: the constructor waits for admission (may sleep), Finish reports the
+// result. `ptsz`: the call came through a _ptsz entry (stream 0 = the per-thread stream).
+class LaunchGuard {
+ public:
+  LaunchGuard(CUstream stream, bool ptsz);
+  LaunchGuard(const LaunchGuard&) = delete;
+  LaunchGuard& operator=(const LaunchGuard&) = delete;
+  // Returns `result` unchanged.
+  CUresult Finish(CUresult result);
+
+ private:
+  DeviceLimiter* device_ = nullptr;
+  compute::LaunchTicket ticket_;
+};
+
+// Before a synchronising call on the current context (marks where its streams run dry), and
+// after it (polls what completed).
+void BeforeSynchronize();
+void AfterSynchronize();
+// Before the real cuStreamDestroy.
+void OnStreamDestroyed(CUstream stream);
+
+}  // namespace vgpu::compute_limit

@@ -1,0 +1,94 @@
+// A saturating kernel loop for the compute-limit tests (compute_test.cc): launches `sim_sleep`
+// kernels of a given length back to back for a given wall time, synchronising every ~10 ms of
+// work (so that without a limit the queue stays short and the GPU stays busy), then reports
+// what it achieved as "key value" lines:
+//   kernels N            kernels launched (all completed: the run ends with a synchronisation)
+//   busy_ns B            N x kernel length: modelled GPU time of this process's kernels
+//   wall_ns W            first launch to the end of the final synchronisation
+//   nvml_util_percent U  the simulated NVML GPU utilisation (busy fraction of the last second)
+//
+// Usage: compute_loop <kernel_us> <run_ms> plain|ptsz
+//   plain  cuLaunchKernel / cuStreamSynchronize on a created stream
+//   ptsz   cuLaunchKernel_ptsz / cuStreamSynchronize_ptsz on stream 0 (the per-thread stream)
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <dlfcn.h>
+#include <time.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "check.h"
+#include "sim_nvml_types.h"
+
+namespace {
+
+int64_t NowNs() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+}
+
+template <typename Pfn>
+Pfn Lookup(const char* name) {
+  auto fn = reinterpret_cast<Pfn>(dlsym(RTLD_DEFAULT, name));  // vgpu's export when preloaded
+  CHECK(fn != nullptr);
+  return fn;
+}
+
+unsigned NvmlUtilization() {
+  nvmlDevice_t device;
+  nvmlUtilization_t util{};
+  CHECK(nvmlInit_v2() == NVML_SUCCESS);
+  CHECK(nvmlDeviceGetHandleByIndex_v2(0, &device) == NVML_SUCCESS);
+  CHECK(nvmlDeviceGetUtilizationRates(device, &util) == NVML_SUCCESS);
+  return util.gpu;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CHECK(argc == 4);
+  uint64_t kernel_ns = std::strtoull(argv[1], nullptr, 10) * 1000;
+  const int64_t run_ns = std::strtoll(argv[2], nullptr, 10) * 1'000'000;
+  const bool ptsz = std::strcmp(argv[3], "ptsz") == 0;
+  CHECK(kernel_ns > 0 && run_ns > 0 && (ptsz || std::strcmp(argv[3], "plain") == 0));
+  auto launch = Lookup<PFN_cuLaunchKernel_v4000>(ptsz ? "cuLaunchKernel_ptsz" : "cuLaunchKernel");
+  auto sync = Lookup<PFN_cuStreamSynchronize_v2000>(ptsz ? "cuStreamSynchronize_ptsz" : "cuStreamSynchronize");
+
+  CHECK_CU(cuInit(0));
+  CUdevice dev;
+  CHECK_CU(cuDeviceGet(&dev, 0));
+  CUcontext ctx;
+  CHECK_CU(cuDevicePrimaryCtxRetain(&ctx, dev));
+  CHECK_CU(cuCtxSetCurrent(ctx));
+  CUmodule module;
+  CHECK_CU(cuModuleLoadData(&module, "sim module image"));
+  CUfunction kernel;
+  CHECK_CU(cuModuleGetFunction(&kernel, module, "sim_sleep_kernel"));
+  CUstream stream = nullptr;
+  if (!ptsz) CHECK_CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+
+  void* params[] = {&kernel_ns};
+  const uint64_t batch = kernel_ns >= 10'000'000 ? 1 : 10'000'000 / kernel_ns;
+  uint64_t kernels = 0;
+  const int64_t start = NowNs();
+  while (NowNs() - start < run_ns) {
+    CHECK_CU(launch(kernel, 1, 1, 1, 1, 1, 1, 0, stream, params, nullptr));
+    if (++kernels % batch == 0) CHECK_CU(sync(stream));
+  }
+  CHECK_CU(sync(stream));
+  const int64_t wall = NowNs() - start;
+  const unsigned util = NvmlUtilization();
+
+  std::printf("kernels %llu\n", static_cast<unsigned long long>(kernels));
+  std::printf("busy_ns %llu\n", static_cast<unsigned long long>(kernels * kernel_ns));
+  std::printf("wall_ns %lld\n", static_cast<long long>(wall));
+  std::printf("nvml_util_percent %u\n", util);
+  if (!ptsz) CHECK_CU(cuStreamDestroy(stream));
+  CHECK_CU(cuModuleUnload(module));
+  CHECK_CU(cuDevicePrimaryCtxRelease(dev));
+  return 0;
+}
