@@ -220,3 +220,29 @@ void OnStreamDestroyed(CUstream stream) {
 }
 
 }  // namespace vgpu::compute_limit
+
+namespace vgpu::compute_limit {
+namespace {
+
+// At debug level, what each limiter measured over the process's life: the figures to compare
+// with an outside measurement (nvidia-smi, a throughput ratio) when a share is off target.
+__attribute__((destructor)) void LogSummaries() {
+  if (g_registry == nullptr || !LogEnabled(LogLevel::kDebug)) return;
+  const int64_t now = compute::SystemClock()->NowNs();
+  for (int d = 0; d < ledger::kLedgerMaxDevices; ++d) {
+    DeviceLimiter* dl = g_registry->limiters[d].load(std::memory_order_acquire);
+    if (dl == nullptr) continue;
+    const compute::ControllerSnapshot c = dl->controller.Snapshot(now);
+    const compute::TrackerStats t = dl->tracker.stats();
+    VGPU_LOG_UNLIMITED(LogLevel::kDebug,
+                       "compute device %d: target %d ppm, measured %d ppm, correction %d ppm, busy %.1f ms, "
+                       "throttled %.1f ms; %lld launches, %lld marks (%lld begins), %lld queries, %lld event errors",
+                       d, c.target_ppm, c.measured_ppm, c.correction_ppm, c.busy_total_ns / 1e6,
+                       c.throttled_total_ns / 1e6, static_cast<long long>(t.launches), static_cast<long long>(t.marks),
+                       static_cast<long long>(t.begins), static_cast<long long>(t.queries),
+                       static_cast<long long>(t.event_errors));
+  }
+}
+
+}  // namespace
+}  // namespace vgpu::compute_limit
