@@ -61,7 +61,9 @@ constexpr std::string_view kInfoEpilog =
 constexpr std::string_view kPsDescription =
     "Lists the ledgers of vgpu jobs and containers and who uses what in them: per GPU the\n"
     "memory used (allocations plus context overhead of every live process) against the\n"
-    "limit, the peak, the refused allocations and the compute limit; per process its pid\n"
+    "limit, the peak, the refused allocations, the compute limit and SHARE, the GPU busy\n"
+    "share the compute limiter measures for the job's kernels (moving average; \"-\" when\n"
+    "no compute limit has run on that GPU); per process its pid\n"
     "(as seen in the job and on the host) and what it holds on each GPU (\"1 GiB + 300 MiB\"\n"
     "= allocations + context/module overhead). A process that exited without cleaning up is\n"
     "shown until the job's next allocation reclaims it.\n"

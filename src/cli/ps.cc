@@ -1,5 +1,6 @@
 #include "cli/ps.h"
 
+#include <cstdio>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -85,6 +86,14 @@ std::string Compute(int sm_limit, int sm_soft_limit) {
   return text;
 }
 
+// The measured busy share against the limit, e.g. "29.8% of 30%"; "-" before any measurement.
+std::string Share(const DeviceUsage& device) {
+  if (device.busy_ns == 0) return "-";
+  char text[48];
+  snprintf(text, sizeof(text), "%.1f%%", device.share_ppm / 10000.0);
+  return text;
+}
+
 std::string UtcTime(uint64_t unix_ns) {
   const time_t seconds = static_cast<time_t>(unix_ns / 1'000'000'000);
   struct tm tm;
@@ -114,12 +123,13 @@ std::string Table(const std::vector<std::vector<std::string>>& rows) {
 
 std::string DeviceTable(const Snapshot& snapshot) {
   if (snapshot.devices.empty()) return "  no devices yet (a process binds them when it first uses a GPU)\n";
-  std::vector<std::vector<std::string>> rows = {{"DEVICE", "ORDINAL", "UUID", "USED / LIMIT", "PEAK", "REFUSALS", "COMPUTE"}};
+  std::vector<std::vector<std::string>> rows = {{"DEVICE", "ORDINAL", "UUID", "USED / LIMIT", "PEAK", "REFUSALS", "COMPUTE", "SHARE"}};
   for (const DeviceUsage& device : snapshot.devices) {
     rows.push_back({std::to_string(device.index), device.ordinal < 0 ? "-" : std::to_string(device.ordinal),
                     device.uuid.empty() ? "-" : device.uuid,
                     FormatSize(device.used) + " / " + Memory(device.memory_limit), FormatSize(device.peak),
-                    std::to_string(device.oom_refusals), Compute(device.sm_limit, device.sm_soft_limit)});
+                    std::to_string(device.oom_refusals), Compute(device.sm_limit, device.sm_soft_limit),
+                    Share(device)});
   }
   return Table(rows);
 }
@@ -165,7 +175,9 @@ void JsonDevices(const Snapshot& snapshot, std::ostringstream& json) {
     json << (i ? ", " : "") << "{\"index\": " << d.index << ", \"ordinal\": " << d.ordinal
          << ", \"uuid\": " << JsonString(d.uuid) << ", \"memory_limit\": " << d.memory_limit
          << ", \"used\": " << d.used << ", \"peak\": " << d.peak << ", \"oom_refusals\": " << d.oom_refusals
-         << ", \"sm_limit\": " << d.sm_limit << ", \"sm_soft_limit\": " << d.sm_soft_limit << "}";
+         << ", \"sm_limit\": " << d.sm_limit << ", \"sm_soft_limit\": " << d.sm_soft_limit
+         << ", \"share_ppm\": " << d.share_ppm << ", \"busy_ns\": " << d.busy_ns
+         << ", \"throttled_ns\": " << d.throttled_ns << "}";
   }
   json << "]";
 }

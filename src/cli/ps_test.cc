@@ -36,7 +36,7 @@ PsEntry MadeUp() {
   s.default_memory_limit = 4 * kGiB;
   s.default_sm_limit = 30;
   s.created_unix_ns = 1'700'000'000'000'000'000;
-  s.devices.push_back({0, "GPU-aaaa", 4 * kGiB, 1536 * kMiB, 2 * kGiB, 3, 0, 30, 60});
+  s.devices.push_back({0, "GPU-aaaa", 4 * kGiB, 1536 * kMiB, 2 * kGiB, 3, 0, 30, 60, 298'400, 2'500'000'000, 7'000'000'000});
   s.devices.push_back({-1, "GPU-bbbb", 0, 2 * kMiB, 2 * kMiB, 0, 1, 0, 0});
   ProcessUsage running;
   running.slot = 0;
@@ -66,9 +66,9 @@ TEST(PsFormatTest, TableShowsLimitsDevicesAndProcesses) {
       "/tmp/vgpu-1000/run-42-1700000000/ledger\n"
       "  limits by vgpu run, created 2023-11-14T22:13:20Z; priority 1\n"
       "  default per GPU: memory 4 GiB, compute 30%\n"
-      "  DEVICE  ORDINAL  UUID      USED / LIMIT       PEAK   REFUSALS  COMPUTE\n"
-      "  0       0        GPU-aaaa  1.50 GiB / 4 GiB   2 GiB  3         30% (soft 60%)\n"
-      "  1       -        GPU-bbbb  2 MiB / unlimited  2 MiB  0         unlimited\n"
+      "  DEVICE  ORDINAL  UUID      USED / LIMIT       PEAK   REFUSALS  COMPUTE         SHARE\n"
+      "  0       0        GPU-aaaa  1.50 GiB / 4 GiB   2 GiB  3         30% (soft 60%)  29.8%\n"
+      "  1       -        GPU-bbbb  2 MiB / unlimited  2 MiB  0         unlimited       -\n"
       "  PID   HOST PID  STATE                       DEVICE 0         DEVICE 1\n"
       "  1234  99        running                     1 GiB + 300 MiB  0 B\n"
       "  1240  1240      exited (not yet reclaimed)  236 MiB          2 MiB\n"
@@ -97,9 +97,11 @@ TEST(PsFormatTest, JsonHasEveryFieldAndEscapes) {
       "\"reclaimed_processes\": 0, \"default_memory_limit\": 4294967296, \"default_sm_limit\": 30, "
       "\"default_sm_soft_limit\": 0, \"devices\": ["
       "{\"index\": 0, \"ordinal\": 0, \"uuid\": \"GPU-aaaa\", \"memory_limit\": 4294967296, \"used\": 1610612736, "
-      "\"peak\": 2147483648, \"oom_refusals\": 3, \"sm_limit\": 30, \"sm_soft_limit\": 60}, "
+      "\"peak\": 2147483648, \"oom_refusals\": 3, \"sm_limit\": 30, \"sm_soft_limit\": 60, "
+      "\"share_ppm\": 298400, \"busy_ns\": 2500000000, \"throttled_ns\": 7000000000}, "
       "{\"index\": 1, \"ordinal\": -1, \"uuid\": \"GPU-bbbb\", \"memory_limit\": 0, \"used\": 2097152, "
-      "\"peak\": 2097152, \"oom_refusals\": 0, \"sm_limit\": 0, \"sm_soft_limit\": 0}], \"processes\": ["
+      "\"peak\": 2097152, \"oom_refusals\": 0, \"sm_limit\": 0, \"sm_soft_limit\": 0, "
+      "\"share_ppm\": 0, \"busy_ns\": 0, \"throttled_ns\": 0}], \"processes\": ["
       "{\"pid\": 1234, \"host_pid\": 99, \"start_time\": 0, \"alive\": true, \"devices\": ["
       "{\"index\": 0, \"charged\": 1073741824, \"overhead\": 314572800}, {\"index\": 1, \"charged\": 0, \"overhead\": 0}]}, "
       "{\"pid\": 1240, \"host_pid\": 1240, \"start_time\": 0, \"alive\": false, \"devices\": ["

@@ -115,6 +115,10 @@ struct DeviceUsage {
   int index = -1;            // ledger device index (as BindDevice returns it)
   int sm_limit = 0;
   int sm_soft_limit = 0;
+  // Compute limiter state (docs/compute.md), zero when no limiter has run on the device:
+  int32_t share_ppm = 0;          // measured busy share, moving average, parts per million
+  uint64_t busy_ns = 0;           // GPU busy time measured for the container's kernels
+  uint64_t throttled_ns = 0;      // time launches were held back
 };
 
 struct ProcessUsage {

@@ -474,6 +474,10 @@ Snapshot SnapshotOf(const File& file, const std::string& path) {
     usage.used = Load(r.used);
     usage.peak = r.peak;
     usage.oom_refusals = r.oom_refusals;
+    const compute::ComputeShareState& c = file.compute[d];
+    usage.share_ppm = c.share_ewma_ppm.load(std::memory_order_relaxed);
+    usage.busy_ns = c.busy_total_ns.load(std::memory_order_relaxed);
+    usage.throttled_ns = c.throttled_total_ns.load(std::memory_order_relaxed);
     snap.devices.push_back(std::move(usage));
   }
   const int high_water = static_cast<int>(std::min<uint32_t>(h.slot_high_water, kLedgerMaxProcesses));
