@@ -15,11 +15,6 @@ namespace {
 
 using compute_limit::LaunchGuard;
 
-template <typename Pfn>
-Pfn Real(HookId id) {
-  return reinterpret_cast<Pfn>(RealCuda(id));
-}
-
 // Synchronising call: BeforeSynchronize, the real call, AfterSynchronize.
 template <typename Call>
 CUresult Synchronizing(Call call) {
@@ -34,7 +29,7 @@ CUstream StreamOf(const CUlaunchConfig* config) { return config != nullptr ? con
 }  // namespace
 
 #define VGPU_REAL_OR_MISSING(sym)                           \
-  auto real = Real<Pfn_##sym>(kHook_##sym);                 \
+  auto real = RealCudaAs<Pfn_##sym>(kHook_##sym);                 \
   if (real == nullptr) return MissingCudaEntry(kHook_##sym);
 
 CUresult hook_cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,

@@ -21,11 +21,6 @@ using memory::AllocKind;
 using memory::AllocRecord;
 using memory::KeySpace;
 
-template <typename Pfn>
-Pfn Real(HookId id) {
-  return reinterpret_cast<Pfn>(RealCuda(id));
-}
-
 // Charges `bytes` on the current device, runs `allocate`, tracks the result under `key()`.
 // `allocate` returns the driver's result; `key` is read only after success.
 template <typename Allocate, typename KeyOf>
@@ -68,7 +63,7 @@ CUresult FreeTracked(KeySpace space, uint64_t key, Free free_fn) {
 }  // namespace
 
 CUresult hook_cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
-  auto real = Real<Pfn_cuMemAlloc_v2>(kHook_cuMemAlloc_v2);
+  auto real = RealCudaAs<Pfn_cuMemAlloc_v2>(kHook_cuMemAlloc_v2);
   if (real == nullptr) return MissingCudaEntry(kHook_cuMemAlloc_v2);
   if (!memory::Enabled() || dptr == nullptr) return real(dptr, bytesize);
   return ChargeCurrent(bytesize, AllocKind::kDevice, KeySpace::kPointer,
@@ -76,7 +71,7 @@ CUresult hook_cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
 }
 
 CUresult hook_cuMemAlloc(DevicePtrV1* dptr, unsigned int bytesize) {
-  auto real = Real<Pfn_cuMemAlloc>(kHook_cuMemAlloc);
+  auto real = RealCudaAs<Pfn_cuMemAlloc>(kHook_cuMemAlloc);
   if (real == nullptr) return MissingCudaEntry(kHook_cuMemAlloc);
   if (!memory::Enabled() || dptr == nullptr) return real(dptr, bytesize);
   return ChargeCurrent(bytesize, AllocKind::kDevice, KeySpace::kPointer,
@@ -115,34 +110,34 @@ CUresult AllocPitch(Pfn real, Ptr* dptr, Size* pitch, Size width, Size height, u
 
 CUresult hook_cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pPitch, size_t WidthInBytes, size_t Height,
                                  unsigned int ElementSizeBytes) {
-  auto real = Real<Pfn_cuMemAllocPitch_v2>(kHook_cuMemAllocPitch_v2);
+  auto real = RealCudaAs<Pfn_cuMemAllocPitch_v2>(kHook_cuMemAllocPitch_v2);
   if (real == nullptr) return MissingCudaEntry(kHook_cuMemAllocPitch_v2);
   return AllocPitch(real, dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
 }
 
 CUresult hook_cuMemAllocPitch(DevicePtrV1* dptr, unsigned int* pPitch, unsigned int WidthInBytes,
                               unsigned int Height, unsigned int ElementSizeBytes) {
-  auto real = Real<Pfn_cuMemAllocPitch>(kHook_cuMemAllocPitch);
+  auto real = RealCudaAs<Pfn_cuMemAllocPitch>(kHook_cuMemAllocPitch);
   if (real == nullptr) return MissingCudaEntry(kHook_cuMemAllocPitch);
   return AllocPitch(real, dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
 }
 
 CUresult hook_cuMemFree_v2(CUdeviceptr dptr) {
-  auto real = Real<Pfn_cuMemFree_v2>(kHook_cuMemFree_v2);
+  auto real = RealCudaAs<Pfn_cuMemFree_v2>(kHook_cuMemFree_v2);
   if (real == nullptr) return MissingCudaEntry(kHook_cuMemFree_v2);
   if (!memory::Enabled()) return real(dptr);
   return FreeTracked(KeySpace::kPointer, static_cast<uint64_t>(dptr), [&] { return real(dptr); });
 }
 
 CUresult hook_cuMemFree(DevicePtrV1 dptr) {
-  auto real = Real<Pfn_cuMemFree>(kHook_cuMemFree);
+  auto real = RealCudaAs<Pfn_cuMemFree>(kHook_cuMemFree);
   if (real == nullptr) return MissingCudaEntry(kHook_cuMemFree);
   if (!memory::Enabled()) return real(dptr);
   return FreeTracked(KeySpace::kPointer, static_cast<uint64_t>(dptr), [&] { return real(dptr); });
 }
 
 CUresult hook_cuMemAllocManaged(CUdeviceptr* dptr, size_t bytesize, unsigned int flags) {
-  auto real = Real<Pfn_cuMemAllocManaged>(kHook_cuMemAllocManaged);
+  auto real = RealCudaAs<Pfn_cuMemAllocManaged>(kHook_cuMemAllocManaged);
   if (real == nullptr) return MissingCudaEntry(kHook_cuMemAllocManaged);
   if (!memory::Enabled() || dptr == nullptr) return real(dptr, bytesize, flags);
   // Managed memory can migrate to the device in full: it is charged to the current device.
@@ -183,7 +178,7 @@ CUresult ChargeArray(uint64_t bytes, KeySpace space, Handle* out, Create create)
 }  // namespace
 
 CUresult hook_cuArrayCreate_v2(CUarray* pHandle, const CUDA_ARRAY_DESCRIPTOR* desc) {
-  auto real = Real<Pfn_cuArrayCreate_v2>(kHook_cuArrayCreate_v2);
+  auto real = RealCudaAs<Pfn_cuArrayCreate_v2>(kHook_cuArrayCreate_v2);
   if (real == nullptr) return MissingCudaEntry(kHook_cuArrayCreate_v2);
   if (!memory::Enabled() || pHandle == nullptr || desc == nullptr) return real(pHandle, desc);
   const uint64_t bytes = ArrayBytes(desc->Width, desc->Height, 1, desc->NumChannels, desc->Format);
@@ -191,7 +186,7 @@ CUresult hook_cuArrayCreate_v2(CUarray* pHandle, const CUDA_ARRAY_DESCRIPTOR* de
 }
 
 CUresult hook_cuArray3DCreate_v2(CUarray* pHandle, const CUDA_ARRAY3D_DESCRIPTOR* desc) {
-  auto real = Real<Pfn_cuArray3DCreate_v2>(kHook_cuArray3DCreate_v2);
+  auto real = RealCudaAs<Pfn_cuArray3DCreate_v2>(kHook_cuArray3DCreate_v2);
   if (real == nullptr) return MissingCudaEntry(kHook_cuArray3DCreate_v2);
   if (!memory::Enabled() || pHandle == nullptr || desc == nullptr) return real(pHandle, desc);
   const uint64_t bytes = ArrayBytes(desc->Width, desc->Height, desc->Depth, desc->NumChannels, desc->Format);
@@ -200,7 +195,7 @@ CUresult hook_cuArray3DCreate_v2(CUarray* pHandle, const CUDA_ARRAY3D_DESCRIPTOR
 
 CUresult hook_cuMipmappedArrayCreate(CUmipmappedArray* pHandle, const CUDA_ARRAY3D_DESCRIPTOR* desc,
                                      unsigned int numMipmapLevels) {
-  auto real = Real<Pfn_cuMipmappedArrayCreate>(kHook_cuMipmappedArrayCreate);
+  auto real = RealCudaAs<Pfn_cuMipmappedArrayCreate>(kHook_cuMipmappedArrayCreate);
   if (real == nullptr) return MissingCudaEntry(kHook_cuMipmappedArrayCreate);
   if (!memory::Enabled() || pHandle == nullptr || desc == nullptr) return real(pHandle, desc, numMipmapLevels);
   uint64_t bytes = 0;
@@ -212,14 +207,14 @@ CUresult hook_cuMipmappedArrayCreate(CUmipmappedArray* pHandle, const CUDA_ARRAY
 }
 
 CUresult hook_cuArrayDestroy(CUarray hArray) {
-  auto real = Real<Pfn_cuArrayDestroy>(kHook_cuArrayDestroy);
+  auto real = RealCudaAs<Pfn_cuArrayDestroy>(kHook_cuArrayDestroy);
   if (real == nullptr) return MissingCudaEntry(kHook_cuArrayDestroy);
   if (!memory::Enabled()) return real(hArray);
   return FreeTracked(KeySpace::kArray, reinterpret_cast<uint64_t>(hArray), [&] { return real(hArray); });
 }
 
 CUresult hook_cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray) {
-  auto real = Real<Pfn_cuMipmappedArrayDestroy>(kHook_cuMipmappedArrayDestroy);
+  auto real = RealCudaAs<Pfn_cuMipmappedArrayDestroy>(kHook_cuMipmappedArrayDestroy);
   if (real == nullptr) return MissingCudaEntry(kHook_cuMipmappedArrayDestroy);
   if (!memory::Enabled()) return real(hMipmappedArray);
   return FreeTracked(KeySpace::kMipmappedArray, reinterpret_cast<uint64_t>(hMipmappedArray),

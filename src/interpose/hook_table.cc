@@ -59,13 +59,22 @@ const char* LayerName(Layer layer) {
   return "?";
 }
 
+// The hooks of one library: CUDA entries come first in the table, NVML entries after them.
+struct HookRange {
+  int begin;
+  int end;
+};
+
+HookRange RangeOf(DriverLibrary library) {
+  return library == DriverLibrary::kCuda ? HookRange{0, kFirstNvmlHook} : HookRange{kFirstNvmlHook, kHookCount};
+}
+
 }  // namespace
 
 int FindHookByName(DriverLibrary library, const char* name) {
   if (name == nullptr) return -1;
-  const int begin = library == DriverLibrary::kCuda ? 0 : kFirstNvmlHook;
-  const int end = library == DriverLibrary::kCuda ? kFirstNvmlHook : kHookCount;
-  for (int i = begin; i < end; ++i) {
+  const HookRange range = RangeOf(library);
+  for (int i = range.begin; i < range.end; ++i) {
     if (std::strcmp(kHookEntries[i].name, name) == 0) return i;
   }
   return -1;
@@ -73,9 +82,8 @@ int FindHookByName(DriverLibrary library, const char* name) {
 
 void ResolveRealEntries(DriverLibrary library, void* handle) {
   DlsymFn real_dlsym = RealDlsym();
-  const int begin = library == DriverLibrary::kCuda ? 0 : kFirstNvmlHook;
-  const int end = library == DriverLibrary::kCuda ? kFirstNvmlHook : kHookCount;
-  for (int i = begin; i < end; ++i) {
+  const HookRange range = RangeOf(library);
+  for (int i = range.begin; i < range.end; ++i) {
     g_real[i] = real_dlsym(handle, kHookEntries[i].name);
     if (g_real[i] == nullptr) {
       VGPU_DEBUG("driver does not export %s; calls to it are answered as not found",

@@ -30,30 +30,28 @@ void* OpenLibrary(const char* soname) {
   return handle;
 }
 
-void LoadCuda() {
+// Loads one driver library and resolves its hooked entries and imports, then publishes `state`.
+void LoadLibrary(const char* soname, const char* what, DriverLibrary library, void (*resolve_imports)(void*),
+                 void** handle, std::atomic<int>* state) {
   GetRuntime();  // configuration and log level first, so loading is logged at the right level
-  g_cuda_handle = OpenLibrary(kCudaLibrary);
-  if (g_cuda_handle == nullptr) {
-    g_cuda_state.store(kUnavailable, std::memory_order_release);
+  *handle = OpenLibrary(soname);
+  if (*handle == nullptr) {
+    state->store(kUnavailable, std::memory_order_release);
     return;
   }
-  ResolveRealEntries(DriverLibrary::kCuda, g_cuda_handle);
-  ResolveCudaImports(g_cuda_handle);
-  VGPU_INFO("loaded the CUDA driver %s", kCudaLibrary);
-  g_cuda_state.store(kLoaded, std::memory_order_release);
+  ResolveRealEntries(library, *handle);
+  resolve_imports(*handle);
+  VGPU_INFO("loaded %s %s", what, soname);
+  state->store(kLoaded, std::memory_order_release);
+}
+
+void LoadCuda() {
+  LoadLibrary(kCudaLibrary, "the CUDA driver", DriverLibrary::kCuda, ResolveCudaImports, &g_cuda_handle,
+              &g_cuda_state);
 }
 
 void LoadNvml() {
-  GetRuntime();
-  g_nvml_handle = OpenLibrary(kNvmlLibrary);
-  if (g_nvml_handle == nullptr) {
-    g_nvml_state.store(kUnavailable, std::memory_order_release);
-    return;
-  }
-  ResolveRealEntries(DriverLibrary::kNvml, g_nvml_handle);
-  ResolveNvmlImports(g_nvml_handle);
-  VGPU_INFO("loaded NVML %s", kNvmlLibrary);
-  g_nvml_state.store(kLoaded, std::memory_order_release);
+  LoadLibrary(kNvmlLibrary, "NVML", DriverLibrary::kNvml, ResolveNvmlImports, &g_nvml_handle, &g_nvml_state);
 }
 
 bool EnsureLoaded(pthread_once_t* once, void (*load)(), const std::atomic<int>& state) {

@@ -36,6 +36,12 @@ inline bool EnsureNvmlLoaded() {
 inline void* RealCuda(HookId id) { return EnsureCudaLoaded() ? g_real[id] : nullptr; }
 inline void* RealNvml(HookId id) { return EnsureNvmlLoaded() ? g_real[id] : nullptr; }
 
+// RealCuda typed with the entry's function-pointer type: RealCudaAs<Pfn_cuMemAlloc_v2>(...).
+template <typename Pfn>
+Pfn RealCudaAs(HookId id) {
+  return reinterpret_cast<Pfn>(RealCuda(id));
+}
+
 // dlopen() handles of the real libraries (nullptr until loaded).
 void* CudaHandle();
 void* NvmlHandle();
