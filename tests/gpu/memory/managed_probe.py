@@ -8,9 +8,10 @@ Allocates --mib of managed memory (cuMemAllocManaged: CU_MEM_ATTACH_GLOBAL for "
 CU_MEM_ATTACH_HOST plus cuMemAdvise_v2 PREFERRED_LOCATION = host and ACCESSED_BY = device 0 for
 "host", exactly what vgpu does when it spills), makes a float32 tensor of it
 (__cuda_array_interface__), has the GPU write and read all of it, and reports this process's
-NVML per-process device memory before and after, and the bandwidth of an in-place multiply:
+NVML per-process device memory and the device's used memory (nvmlDeviceGetMemoryInfo; meaningful
+on a GPU nobody else uses) before and after, and the bandwidth of an in-place multiply:
 
-    probe advise=<mode> nvml_before=<bytes> nvml_after=<bytes> nvml_growth=<bytes> mul_gbps=<GB/s>
+    probe advise=<mode> nvml_pid_growth=<bytes> nvml_device_growth=<bytes> mul_gbps=<GB/s> ...
 """
 import argparse
 import ctypes
@@ -60,6 +61,7 @@ def main():
     torch.cuda.synchronize()
     nvml = Nvml()
     before = own_usage(nvml)
+    device_before = nvml.used(0)
     cuda = ctypes.CDLL("libcuda.so.1")
     nbytes = args.mib << 20
     ptr = ctypes.c_uint64(0)
@@ -87,11 +89,13 @@ def main():
     gbps = 2 * nbytes * args.reps / (start.elapsed_time(end) / 1000.0) / 1e9
     value = float(t[-1].item())
     after = own_usage(nvml)
+    device_after = nvml.used(0)
     del t
     rc = cuda.cuMemFree_v2(ptr)
     if rc != 0:
         raise RuntimeError(f"cuMemFree_v2 returned {rc}")
-    print(f"probe advise={args.advise} nvml_before={before} nvml_after={after} nvml_growth={after - before} "
+    print(f"probe advise={args.advise} nvml_pid_before={before} nvml_pid_growth={after - before} "
+          f"nvml_device_before={device_before} nvml_device_growth={device_after - device_before} "
           f"mul_gbps={gbps:.1f} last_value={value}", flush=True)
 
 

@@ -80,7 +80,12 @@ os_watch() {
   peak_line=$(printf '%s\n' "$OS_OUTPUT" | grep '^nvml_peak gpu=0 ' | tail -1)
   OS_PEAK=$(os_field "$peak_line" peak_bytes)
   OS_PEAK_METHOD=$(os_field "$peak_line" method)
+  OS_DEVICE_PEAK=$(os_field "$peak_line" device_delta_peak_bytes)
 }
+# "NVML peak": per-process (what nvidia-smi lists) and the rise of the GPU's used memory (which
+# also shows managed memory on the GPU; nothing else runs there during these checks).
+os_peak_text() { echo "NVML peak $(os_mib "$OS_PEAK") MiB per-process, GPU used +$(os_mib "$OS_DEVICE_PEAK") MiB"; }
+os_peaks_within() { os_le "$OS_PEAK" "$1" && os_le "$OS_DEVICE_PEAK" "$1"; }
 os_no_result() { echo "no result (exit $OS_RC): $(printf '%s\n' "$OS_OUTPUT" | grep -v '^nvml_peak' | tail -1 | cut -c1-160)"; }
 os_bw() { printf '%s\n' "$OS_OUTPUT" | awk -v k="kind=$1" -v o="op=$2" '$1 == "bandwidth" && $2 == k && $3 == o { sub("gbps=", "", $4); print $4 }' | tail -1; }
 
@@ -94,15 +99,20 @@ for advise in none host; do
 done
 probe_none=$(printf '%s\n' "${OS_PROBE[none]}" | grep '^probe ' | tail -1)
 probe_host=$(printf '%s\n' "${OS_PROBE[host]}" | grep '^probe ' | tail -1)
+# NVML's per-process figure does not include managed memory at all (measured: it stays flat even
+# when the driver migrates managed memory onto the GPU), so the device's used memory is what
+# shows where the pages are (nothing else runs on the GPU during these checks).
+probe_text() {  # probe_text <probe line>
+  echo "GPU used +$(os_mib "$(os_field "$1" nvml_device_growth)") MiB (NVML device), per-process +$(os_mib "$(os_field "$1" nvml_pid_growth)") MiB; in-place multiply $(os_field "$1" mul_gbps) GB/s"
+}
 if [ -n "$probe_none" ]; then
-  row "oversubscribe: driver, 1 GiB managed (no advice) touched by the GPU" INFO \
-    "NVML per-process +$(os_mib "$(os_field "$probe_none" nvml_growth)") MiB (migrated onto the GPU); in-place multiply $(os_field "$probe_none" mul_gbps) GB/s"
+  row "oversubscribe: driver, 1 GiB managed (no advice) written and read by the GPU" INFO "$(probe_text "$probe_none")"
 else
-  row "oversubscribe: driver, 1 GiB managed (no advice) touched by the GPU" FAIL "$(printf '%s\n' "${OS_PROBE[none]}" | tail -1 | cut -c1-160)"
+  row "oversubscribe: driver, 1 GiB managed (no advice) written and read by the GPU" FAIL "$(printf '%s\n' "${OS_PROBE[none]}" | tail -1 | cut -c1-160)"
 fi
-if [ -n "$probe_host" ] && os_le "$(os_field "$probe_host" nvml_growth)" $((64 << 20)); then v=PASS; else v=FAIL; fi
-row "oversubscribe: driver keeps managed memory advised to the host off the GPU" $v \
-  "${probe_host:+NVML per-process +$(os_mib "$(os_field "$probe_host" nvml_growth)") MiB after the GPU wrote and read 1 GiB (max 64); in-place multiply $(os_field "$probe_host" mul_gbps) GB/s}${probe_host:-$(printf '%s\n' "${OS_PROBE[host]}" | tail -1 | cut -c1-160)}"
+if [ -n "$probe_host" ] && os_le "$(os_field "$probe_host" nvml_device_growth)" $((64 << 20)); then v=PASS; else v=FAIL; fi
+if [ -n "$probe_host" ]; then detail=$(probe_text "$probe_host"); else detail=$(printf '%s\n' "${OS_PROBE[host]}" | tail -1 | cut -c1-160); fi
+row "oversubscribe: driver keeps 1 GiB managed advised to the host off the GPU (max +64 MiB)" $v "$detail"
 
 # --- 2. PyTorch, 3 GiB of tensors: native, then 1 GiB + oversubscription ------------------------------
 os_watch torch-native 300 native -- python3 "$OS_HERE/torch_spill.py" --gib 3
@@ -110,13 +120,13 @@ OS_NATIVE_RESULT=$OS_RESULT
 OS_NATIVE_OUTPUT=$OS_OUTPUT
 if [ -n "$OS_NATIVE_RESULT" ] && [ "$(os_field "$OS_NATIVE_RESULT" error)" = none ]; then
   row "oversubscribe: PyTorch 3 GiB natively" INFO \
-    "checksum_int $(os_field "$OS_NATIVE_RESULT" checksum_int); NVML peak $(os_mib "$OS_PEAK") MiB ($OS_PEAK_METHOD)"
+    "checksum_int $(os_field "$OS_NATIVE_RESULT" checksum_int); $(os_peak_text)"
 else
   row "oversubscribe: PyTorch 3 GiB natively" FAIL "${OS_NATIVE_RESULT:-$(os_no_result)}"
 fi
 
 os_watch torch-oversubscribed 300 vgpu CUDA_OVERSUBSCRIBE=true CUDA_OVERSUBSCRIBE_HOST_LIMIT=4GiB -- \
-  python3 "$OS_HERE/torch_spill.py" --gib 3 --vgpu-ps "$BUILD/vgpu" --ledger @LEDGER@
+  python3 "$OS_HERE/torch_spill.py" --gib 3 --vgpu "$BUILD/vgpu" --ledger @LEDGER@
 OS_SPILL_RESULT=$OS_RESULT
 OS_SPILL_OUTPUT=$OS_OUTPUT
 if [ -z "$OS_SPILL_RESULT" ]; then
@@ -134,9 +144,9 @@ else
     [ "$(os_field "$OS_SPILL_RESULT" allocated_bytes)" = $((3 << 30)) ] && [ "${spilled_n:-0}" -gt 0 ]; then v=PASS; fi
   row "oversubscribe: PyTorch 3 GiB under a 1 GiB limit, same checksums as native" $v \
     "$(os_field "$OS_SPILL_RESULT" device_tensors) tensors on the device, $spilled_n spilled (managed, preferred on the host, accessed by GPU 0); checksums identical: $same; $(os_field "$OS_SPILL_RESULT" error)"
-  os_le "$OS_PEAK" "$OS_LIMIT_BYTES" && v=PASS || v=FAIL
+  os_peaks_within "$OS_LIMIT_BYTES" && v=PASS || v=FAIL
   row "oversubscribe: NVML device peak <= 1 GiB while the job uses 3 GiB" $v \
-    "NVML peak $(os_mib "$OS_PEAK") MiB ($OS_PEAK_METHOD), sampled every ~1 ms from outside"
+    "$(os_peak_text), sampled every ~1 ms from outside ($(printf '%s\n' "$OS_OUTPUT" | grep '^nvml_peak gpu=0 ' | tail -1 | sed -n 's/.* samples=//p') samples)"
   v=FAIL
   if [ -n "$ledger_spilled" ] && [ "$ledger_spilled" -ge $((spilled_n * OS_CHUNK_BYTES)) ] && os_le "$ledger_used" "$OS_LIMIT_BYTES"; then v=PASS; fi
   row "oversubscribe: ledger counts device and host apart (vgpu ps --json)" $v \
@@ -145,9 +155,13 @@ fi
 
 # --- 3. without oversubscription the same job runs out of memory -------------------------------------
 os_watch torch-limited 300 vgpu -- python3 "$OS_HERE/torch_spill.py" --gib 3
-if [ -n "$OS_RESULT" ] && [ "$(os_field "$OS_RESULT" expected_type)" = yes ] && os_le "$OS_PEAK" "$OS_LIMIT_BYTES"; then v=PASS; else v=FAIL; fi
-row "oversubscribe: without it the same job raises torch.OutOfMemoryError" $v \
-  "${OS_RESULT:+$(os_field "$OS_RESULT" error) after $(os_mib "$(os_field "$OS_RESULT" allocated_bytes)") MiB; NVML peak $(os_mib "$OS_PEAK") MiB}${OS_RESULT:-$(os_no_result)}"
+if [ -n "$OS_RESULT" ] && [ "$(os_field "$OS_RESULT" expected_type)" = yes ] && os_peaks_within "$OS_LIMIT_BYTES"; then v=PASS; else v=FAIL; fi
+if [ -n "$OS_RESULT" ]; then
+  detail="$(os_field "$OS_RESULT" error) after $(os_mib "$(os_field "$OS_RESULT" allocated_bytes)") MiB; $(os_peak_text)"
+else
+  detail=$(os_no_result)
+fi
+row "oversubscribe: without it the same job raises torch.OutOfMemoryError" $v "$detail"
 
 # --- 4. the host spill limit ---------------------------------------------------------------------------
 os_watch torch-host-limit 300 vgpu CUDA_OVERSUBSCRIBE=true CUDA_OVERSUBSCRIBE_HOST_LIMIT=1GiB -- \
@@ -155,9 +169,13 @@ os_watch torch-host-limit 300 vgpu CUDA_OVERSUBSCRIBE=true CUDA_OVERSUBSCRIBE_HO
 log_line=$(printf '%s\n' "$OS_OUTPUT" | grep 'would pass the host spill limit' | head -1)
 v=FAIL
 if [ -n "$OS_RESULT" ] && [ "$(os_field "$OS_RESULT" expected_type)" = yes ] && [ -n "$log_line" ] &&
-  os_le "$OS_PEAK" "$OS_LIMIT_BYTES"; then v=PASS; fi
-row "oversubscribe: host spill limit 1 GiB reached -> CUDA_ERROR_OUT_OF_MEMORY and a log line" $v \
-  "${OS_RESULT:+$(os_field "$OS_RESULT" error) after $(os_mib "$(os_field "$OS_RESULT" allocated_bytes)") MiB ($(os_field "$OS_RESULT" spilled_tensors) spilled); log: $(echo "$log_line" | cut -c1-220)}${OS_RESULT:-$(os_no_result)}"
+  os_peaks_within "$OS_LIMIT_BYTES"; then v=PASS; fi
+if [ -n "$OS_RESULT" ]; then
+  detail="$(os_field "$OS_RESULT" error) after $(os_mib "$(os_field "$OS_RESULT" allocated_bytes)") MiB ($(os_field "$OS_RESULT" spilled_tensors) tensors spilled); $(os_peak_text); log: $(echo "$log_line" | sed 's/^vgpu\[[0-9]*\] //')"
+else
+  detail=$(os_no_result)
+fi
+row "oversubscribe: host spill limit 1 GiB reached -> CUDA_ERROR_OUT_OF_MEMORY and a log line" $v "$detail"
 
 # --- 5. throughput of spilled tensors -------------------------------------------------------------------
 OS_OUTPUT=$OS_NATIVE_OUTPUT

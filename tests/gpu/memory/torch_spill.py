@@ -9,7 +9,7 @@ CUDA_OVERSUBSCRIBE=true. Output, one line each:
 
     mem_get_info free=<n> total=<n>
     tensor i=<k> managed=<0|1> preferred=<loc> accessed_by=<loc> memory_type=<n> ptr=<hex>
-    ledger used=<n> spilled=<n> host_limit=<n>        (when --vgpu-ps is given: `vgpu ps --json`)
+    ledger used=<n> spilled=<n> host_limit=<n> spill_peak=<n>   (with --vgpu: `vgpu ps --json`)
     result framework=torch allocated_bytes=<n> tensors=<n> device_tensors=<n> spilled_tensors=<n>
            checksum_int=<n> checksum_f64=<repr> error=<type or none> expected_type=yes|no
     bandwidth kind=<device|spilled> op=<mul_|sum> gbps=<median GB/s over tensors> tensors=<n>
@@ -18,7 +18,7 @@ CUDA_OVERSUBSCRIBE=true. Output, one line each:
 cuMemRangeGetAttribute): a spilled tensor is managed memory, preferred on the host (-1) and
 accessed by device 0. expected_type: the exception, if any, is exactly torch.cuda.OutOfMemoryError.
 
-Usage: torch_spill.py [--gib 3] [--chunk-mib 256] [--reps 3] [--vgpu-ps PATH --ledger PATH]
+Usage: torch_spill.py [--gib 3] [--chunk-mib 256] [--reps 3] [--vgpu PATH-TO-vgpu --ledger PATH]
 """
 import argparse
 import ctypes
@@ -60,9 +60,9 @@ class Driver:
         return value.value
 
 
-def ledger_line(vgpu_ps, ledger):
+def ledger_line(vgpu, ledger):
     env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
-    out = subprocess.run([vgpu_ps, "--json", ledger], env=env, capture_output=True, text=True, check=True).stdout
+    out = subprocess.run([vgpu, "ps", "--json", ledger], env=env, capture_output=True, text=True, check=True).stdout
     device = json.loads(out)["ledgers"][0]["devices"][0]
     print(f"ledger used={device['used']} spilled={device['spilled']} host_limit={device['host_limit']} "
           f"spill_peak={device['spill_peak']}", flush=True)
@@ -85,7 +85,7 @@ def main():
     ap.add_argument("--gib", type=float, default=3.0)
     ap.add_argument("--chunk-mib", type=int, default=256)
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--vgpu-ps", default="")
+    ap.add_argument("--vgpu", default="")
     ap.add_argument("--ledger", default="")
     args = ap.parse_args()
 
@@ -114,8 +114,8 @@ def main():
             tensors.append(t)
             spilled.append(bool(managed) and preferred == -1 and accessed == 0)
         torch.cuda.synchronize()
-        if args.vgpu_ps and args.ledger:
-            ledger_line(args.vgpu_ps, args.ledger)
+        if args.vgpu and args.ledger:
+            ledger_line(args.vgpu, args.ledger)
         # Work that mixes the first tensor (on the device when anything is) with all the others.
         first = tensors[0]
         for i, t in enumerate(tensors):
