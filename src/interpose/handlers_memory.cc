@@ -82,7 +82,7 @@ CUresult FreeTracked(KeySpace space, uint64_t key, Free free_fn) {
   } else if (record->kind == AllocKind::kPoolBlock) {
     memory::RefreshPool(reinterpret_cast<CUmemoryPool>(record->aux));
   } else if (record->kind == AllocKind::kSpilled) {
-    memory::ReleaseSpill(record->device, record->bytes);
+    memory::ReleaseSpill(record->device, static_cast<CUdeviceptr>(key), record->bytes);
   } else {
     memory::Release(record->device, record->bytes);
   }

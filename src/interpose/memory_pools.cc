@@ -238,7 +238,7 @@ CUresult FreeSpilledAsync(CUresult (*real)(CUdeviceptr, CUstream), bool per_thre
     if (result == CUDA_SUCCESS) result = free(dptr);
   }
   if (result == CUDA_SUCCESS) {
-    memory::ReleaseSpill(record.device, record.bytes);
+    memory::ReleaseSpill(record.device, dptr, record.bytes);
   } else {
     memory::Track(memory::KeySpace::kPointer, dptr, record);
   }

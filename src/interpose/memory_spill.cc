@@ -1,7 +1,12 @@
 #include "interpose/memory_spill.h"
 
+#include <pthread.h>
+
 #include <atomic>
 #include <cinttypes>
+#include <map>
+#include <mutex>
+#include <new>
 #include <string>
 
 #include "common/config.h"
@@ -17,6 +22,26 @@ namespace {
 // Per CUDA ordinal: whether its GPU can work on host-resident managed memory in place.
 enum Support : int { kUnknown = 0, kSupported = 1, kUnsupported = 2 };
 std::atomic<int> g_support[kMaxDevices];
+
+// The live spilled allocations of this process, by address: base -> size. Spills and their
+// frees are rare (each already costs a driver call), and the prefetch/advice hooks are off the
+// hot path: one mutex. Never destroyed (frees may arrive during exit); rebuilt empty in a fork
+// child, which owns none of its parent's allocations.
+struct Ranges {
+  std::mutex mu;
+  std::map<CUdeviceptr, uint64_t> spans;  // guarded by mu
+};
+alignas(Ranges) unsigned char g_ranges_storage[sizeof(Ranges)];
+Ranges* g_ranges = nullptr;
+std::once_flag g_ranges_once;
+
+Ranges& SpilledRanges() {
+  std::call_once(g_ranges_once, [] {
+    g_ranges = new (g_ranges_storage) Ranges();
+    pthread_atfork(nullptr, nullptr, [] { g_ranges = new (g_ranges_storage) Ranges(); });
+  });
+  return *g_ranges;
+}
 
 bool CurrentOrdinal(CUdevice* ordinal) {
   return g_cuda.cuCtxGetDevice != nullptr && g_cuda.cuCtxGetDevice(ordinal) == CUDA_SUCCESS && *ordinal >= 0 &&
@@ -106,12 +131,36 @@ CUresult SpillAllocate(int device, uint64_t bytes, CUdeviceptr* dptr) {
                ordinal, FormatSize(bytes).c_str(), static_cast<int>(placed));
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
+  {
+    Ranges& ranges = SpilledRanges();
+    std::lock_guard<std::mutex> lock(ranges.mu);
+    ranges.spans[*dptr] = bytes;
+  }
   VGPU_DEBUG("spilled %" PRIu64 " bytes of CUDA device %d to host memory (%" PRIu64 " of %" PRIu64
              " bytes spilled by the container)",
              bytes, ordinal, Spilled(device), HostLimit(device));
   return CUDA_SUCCESS;
 }
 
-void ReleaseSpill(int device, uint64_t bytes) { ReleaseHost(device, bytes); }
+void ReleaseSpill(int device, CUdeviceptr ptr, uint64_t bytes) {
+  {
+    Ranges& ranges = SpilledRanges();
+    std::lock_guard<std::mutex> lock(ranges.mu);
+    ranges.spans.erase(ptr);
+  }
+  ReleaseHost(device, bytes);
+}
+
+bool TouchesSpilled(CUdeviceptr ptr, uint64_t count) {
+  if (count == 0) return false;
+  Ranges& ranges = SpilledRanges();
+  std::lock_guard<std::mutex> lock(ranges.mu);
+  if (ranges.spans.empty()) return false;
+  const CUdeviceptr last = ptr + (count - 1) < ptr ? ~CUdeviceptr{0} : ptr + (count - 1);
+  auto it = ranges.spans.upper_bound(last);  // first span starting after the range
+  if (it == ranges.spans.begin()) return false;
+  --it;  // the last span starting at or before its end: the only candidate left of it
+  return it->first + it->second > ptr;
+}
 
 }  // namespace vgpu::memory

@@ -38,7 +38,14 @@ bool SpillAllowed(int device);
 // REQUIRES: SpillAllowed(device), dptr != nullptr.
 CUresult SpillAllocate(int device, uint64_t bytes, CUdeviceptr* dptr);
 
-// Returns the host charge of a spilled allocation the driver has freed.
-void ReleaseSpill(int device, uint64_t bytes);
+// Returns the host charge of a spilled allocation (at `ptr`) the driver has freed.
+void ReleaseSpill(int device, CUdeviceptr ptr, uint64_t bytes);
+
+// Whether [ptr, ptr + count) overlaps memory this process spilled (and has not freed). The
+// prefetch and advice hooks (handlers_spill.cc) keep such memory on the host: a prefetch to a
+// device, a preferred location other than the host and read-mostly (device copies) are dropped.
+// NVML's per-process figure does not show managed memory that migrates onto the GPU (measured
+// on the H200), so reconciliation could not catch it afterwards.
+bool TouchesSpilled(CUdeviceptr ptr, uint64_t count);
 
 }  // namespace vgpu::memory

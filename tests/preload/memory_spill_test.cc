@@ -197,7 +197,32 @@ TEST_F(MemorySpillTest, PitchedAllocationsAreRefusedNotSpilled) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// 4. Several processes, dead processes, a full GPU.
+// 4. Spilled memory stays on the host whatever the application prefetches or advises.
+
+TEST_F(MemorySpillTest, PrefetchAndAdviceNeverBringSpilledMemoryOntoTheGpu) {
+  StartObserver();
+  const RunResult run = Run({"memory_spill", "prefetch"}, VgpuEnv(Spilling()));
+  const Observation obs = StopObserver();
+  ASSERT_EQ(run.exit_code, 0) << Describe(run);
+  const Transcript t(run);
+  SCOPED_TRACE(Describe(run));
+  EXPECT_EQ(t.U64("prefetch_device"), kDeviceBlocks);
+  EXPECT_EQ(t.U64("prefetch_spilled"), 16 - kDeviceBlocks);
+  for (const auto& [call, code] : t.Codes()) EXPECT_EQ(code, "0") << call;
+  const auto cpu = static_cast<uint64_t>(int64_t{-1});      // CU_DEVICE_CPU
+  const auto invalid = static_cast<uint64_t>(int64_t{-2});  // CU_DEVICE_INVALID
+  EXPECT_EQ(t.U64("spilled_preferred"), cpu) << "the preferred location stays the host";
+  EXPECT_EQ(t.U64("spilled_last_prefetch"), invalid) << "no prefetch to the device reached the driver";
+  EXPECT_EQ(obs.HoldUsed("prefetched", 0), kOverhead + kDeviceBlocks * kChunk);
+  EXPECT_LE(obs.Peak(0), kLimit) << "observer peak " << MiB(obs.Peak(0));
+  EXPECT_EQ(t.U64("host_prefetch_code"), 0u);
+  EXPECT_EQ(t.U64("host_last_prefetch"), cpu) << "a prefetch to the host goes to the driver";
+  EXPECT_EQ(t.U64("own_prefetch_code"), 0u);
+  EXPECT_EQ(t.U64("own_last_prefetch"), 0u) << "memory that did not spill is prefetched as asked";
+}
+
+// ---------------------------------------------------------------------------------------------
+// 5. Several processes, dead processes, a full GPU.
 
 TEST_F(MemorySpillTest, ProcessesShareTheDeviceAndTheHostBudgets) {
   sim_["VGPU_SIM_CONTEXT_OVERHEAD"] = "32MiB";

@@ -96,12 +96,12 @@ CUresult Advise(CUdeviceptr ptr, uint64_t count, CUmem_advise advice, const CUme
   }
 }
 
-CUresult Prefetch(CUdeviceptr ptr, uint64_t count, const CUmemLocation& where, CUstream stream) {
+CUresult Prefetch(CUdeviceptr ptr, uint64_t count, const CUmemLocation& where, CUstream stream, bool per_thread) {
   Api api;
   if (const CUresult rc = api.Check(); rc != CUDA_SUCCESS) return rc;
   const int location = FromLocation(where);
   Stream* resolved = nullptr;
-  if (const CUresult rc = ResolveStream(stream, false, &resolved); rc != CUDA_SUCCESS) return rc;
+  if (const CUresult rc = ResolveStream(stream, per_thread, &resolved); rc != CUDA_SUCCESS) return rc;
   Allocation* allocation = ManagedRange(ptr, count);
   if (allocation == nullptr || location == kNoLocation) return CUDA_ERROR_INVALID_VALUE;
   if (location == CU_DEVICE_CPU) {
@@ -216,13 +216,23 @@ SIM_EXPORT CUresult cuMemAdvise_v2(CUdeviceptr devPtr, size_t count, CUmem_advis
 }
 
 SIM_EXPORT CUresult cuMemPrefetchAsync(CUdeviceptr devPtr, size_t count, CUdevice dstDevice, CUstream hStream) {
-  return Guarded([&] { return Prefetch(devPtr, count, FromDevice(dstDevice), hStream); });
+  return Guarded([&] { return Prefetch(devPtr, count, FromDevice(dstDevice), hStream, false); });
+}
+
+SIM_EXPORT CUresult cuMemPrefetchAsync_ptsz(CUdeviceptr devPtr, size_t count, CUdevice dstDevice, CUstream hStream) {
+  return Guarded([&] { return Prefetch(devPtr, count, FromDevice(dstDevice), hStream, true); });
 }
 
 SIM_EXPORT CUresult cuMemPrefetchAsync_v2(CUdeviceptr devPtr, size_t count, CUmemLocation location, unsigned int flags,
                                           CUstream hStream) {
   if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
-  return Guarded([&] { return Prefetch(devPtr, count, location, hStream); });
+  return Guarded([&] { return Prefetch(devPtr, count, location, hStream, false); });
+}
+
+SIM_EXPORT CUresult cuMemPrefetchAsync_v2_ptsz(CUdeviceptr devPtr, size_t count, CUmemLocation location,
+                                               unsigned int flags, CUstream hStream) {
+  if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  return Guarded([&] { return Prefetch(devPtr, count, location, hStream, true); });
 }
 
 SIM_EXPORT CUresult cuMemRangeGetAttribute(void* data, size_t dataSize, CUmem_range_attribute attribute,

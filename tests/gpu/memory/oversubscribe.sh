@@ -153,6 +153,18 @@ else
     "${ledger_line:-no ledger line}"
 fi
 
+# The job itself asks for its spilled tensors on the GPU (prefetch, preferred location): vgpu
+# keeps them on the host.
+os_watch torch-prefetch 300 vgpu CUDA_OVERSUBSCRIBE=true CUDA_OVERSUBSCRIBE_HOST_LIMIT=4GiB -- \
+  python3 "$OS_HERE/torch_spill.py" --gib 3 --reps 1 --prefetch-spilled
+codes=$(printf '%s\n' "$OS_OUTPUT" | grep '^prefetch codes=' | tail -1 | sed 's/^prefetch codes=//')
+v=FAIL
+if [ -n "$OS_RESULT" ] && [ "$(os_field "$OS_RESULT" error)" = none ] && os_peaks_within "$OS_LIMIT_BYTES" &&
+  [ "$(os_field "$OS_RESULT" checksum_int)" = "$(os_field "$OS_NATIVE_RESULT" checksum_int)" ] &&
+  [ -n "$codes" ] && [ -z "$(echo "$codes" | tr ',' '\n' | grep -v '^0/0$')" ]; then v=PASS; fi
+if [ -n "$OS_RESULT" ]; then detail="$(os_peak_text); calls returned ${codes:-nothing}; checksums as native: $([ "$(os_field "$OS_RESULT" checksum_int)" = "$(os_field "$OS_NATIVE_RESULT" checksum_int)" ] && echo yes || echo no)"; else detail=$(os_no_result); fi
+row "oversubscribe: the job's own prefetch/advice to the GPU leaves spilled tensors on the host" $v "$detail"
+
 # --- 3. without oversubscription the same job runs out of memory -------------------------------------
 os_watch torch-limited 300 vgpu -- python3 "$OS_HERE/torch_spill.py" --gib 3
 if [ -n "$OS_RESULT" ] && [ "$(os_field "$OS_RESULT" expected_type)" = yes ] && os_peaks_within "$OS_LIMIT_BYTES"; then v=PASS; else v=FAIL; fi

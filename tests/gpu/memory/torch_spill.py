@@ -18,7 +18,12 @@ CUDA_OVERSUBSCRIBE=true. Output, one line each:
 cuMemRangeGetAttribute): a spilled tensor is managed memory, preferred on the host (-1) and
 accessed by device 0. expected_type: the exception, if any, is exactly torch.cuda.OutOfMemoryError.
 
+With --prefetch-spilled the job also asks the driver to bring every spilled tensor onto GPU 0
+(cuMemPrefetchAsync_v2 to the device, cuMemAdvise_v2 preferred location = the device), which
+vgpu must ignore: "prefetch codes=<results>" reports what those calls returned.
+
 Usage: torch_spill.py [--gib 3] [--chunk-mib 256] [--reps 3] [--vgpu PATH-TO-vgpu --ledger PATH]
+                      [--prefetch-spilled]
 """
 import argparse
 import ctypes
@@ -34,6 +39,12 @@ CU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2
 CU_POINTER_ATTRIBUTE_IS_MANAGED = 8
 CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION = 2
 CU_MEM_RANGE_ATTRIBUTE_ACCESSED_BY = 3
+CU_MEM_ADVISE_SET_PREFERRED_LOCATION = 3
+CU_MEM_LOCATION_TYPE_DEVICE = 1
+
+
+class Location(ctypes.Structure):  # CUmemLocation
+    _fields_ = [("type", ctypes.c_int), ("id", ctypes.c_int)]
 
 
 class Driver:
@@ -51,6 +62,15 @@ class Driver:
         self.check(self.lib.cuPointerGetAttribute(ctypes.byref(value), ctypes.c_int(attribute), ctypes.c_uint64(ptr)),
                    "cuPointerGetAttribute")
         return value.value
+
+    def to_device(self, ptr, size):
+        """Asks for [ptr, ptr + size) on device 0 by prefetch and by advice; the two results."""
+        where = Location(CU_MEM_LOCATION_TYPE_DEVICE, 0)
+        prefetch = self.lib.cuMemPrefetchAsync_v2(ctypes.c_uint64(ptr), ctypes.c_size_t(size), where, ctypes.c_uint(0),
+                                                  ctypes.c_void_p(0))
+        advise = self.lib.cuMemAdvise_v2(ctypes.c_uint64(ptr), ctypes.c_size_t(size),
+                                         ctypes.c_int(CU_MEM_ADVISE_SET_PREFERRED_LOCATION), where)
+        return prefetch, advise
 
     def range_int(self, attribute, ptr, size):
         value = ctypes.c_int(0)
@@ -87,6 +107,7 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--vgpu", default="")
     ap.add_argument("--ledger", default="")
+    ap.add_argument("--prefetch-spilled", action="store_true")
     args = ap.parse_args()
 
     free, total = torch.cuda.mem_get_info()
@@ -114,6 +135,10 @@ def main():
             tensors.append(t)
             spilled.append(bool(managed) and preferred == -1 and accessed == 0)
         torch.cuda.synchronize()
+        if args.prefetch_spilled:
+            codes = [driver.to_device(t.data_ptr(), chunk) for t, s in zip(tensors, spilled) if s]
+            print(f"prefetch codes={','.join(f'{p}/{a}' for p, a in codes)}", flush=True)
+            torch.cuda.synchronize()
         if args.vgpu and args.ledger:
             ledger_line(args.vgpu, args.ledger)
         # Work that mixes the first tensor (on the device when anything is) with all the others.

@@ -17,7 +17,18 @@
 //   memory_spill share <dir> <nprocs> <chunk_mib>
 //       N copies: context, barrier, cuMemAlloc_v2 blocks until refused, barrier, hold point
 //       "full", frees. Reports device, spilled and refusal_code.
+//   memory_spill prefetch
+//       fills 1 GiB with 64 MiB cuMemAlloc_v2 blocks, then asks the driver to bring the last
+//       (spilled) block onto device 0 every way it can: cuMemPrefetchAsync(_v2) to the device,
+//       cuMemAdvise(_v2) preferred location = device, read-mostly, unset preferred location
+//       (v1 entries through dlsym). Reports code_<call> for each, then spilled_preferred and
+//       spilled_last_prefetch (cuMemRangeGetAttribute), hold point "prefetched"; a prefetch to
+//       the host (host_prefetch_code, host_last_prefetch); then, with room made on the device,
+//       the application's own managed memory prefetched to the device (own_prefetch_code,
+//       own_last_prefetch).
 #include <cuda.h>
+#include <cudaTypedefs.h>
+#include <dlfcn.h>
 
 #include <string>
 #include <vector>
@@ -180,6 +191,58 @@ int ShareMode(const std::string& dir, int nprocs, uint64_t chunk) {
   return 0;
 }
 
+int LastPrefetch(CUdeviceptr ptr) {
+  int location = 0;
+  CHECK_CU(cuMemRangeGetAttribute(&location, sizeof(location), CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION, ptr, 1));
+  return location;
+}
+
+int PrefetchMode() {
+  memtest::InitPrimaryContext(0);
+  Held held = Fill(Path::kAlloc, 64 * kMiB, 1024 * kMiB, nullptr);
+  Classify(held, "prefetch");
+  CHECK(!held.blocks.empty() && held.blocks.back().managed);
+  const CUdeviceptr spilled = held.blocks.back().ptr;
+  const size_t size = 64 * kMiB;
+  CUmemLocation device{};
+  device.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  device.id = 0;
+  CUmemLocation host{};
+  host.type = CU_MEM_LOCATION_TYPE_HOST;
+  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  CHECK(lib != nullptr);
+  auto advise_v1 = reinterpret_cast<PFN_cuMemAdvise_v8000>(dlsym(lib, "cuMemAdvise"));
+  auto prefetch_v1 = reinterpret_cast<PFN_cuMemPrefetchAsync_v8000>(dlsym(lib, "cuMemPrefetchAsync"));
+  CHECK(advise_v1 != nullptr && prefetch_v1 != nullptr);
+  Report("code_prefetch_v2_device", cuMemPrefetchAsync(spilled, size, device, 0, nullptr));
+  Report("code_prefetch_v1_device", prefetch_v1(spilled + kMiB, kMiB, 0, nullptr));
+  Report("code_advise_v2_preferred_device", cuMemAdvise(spilled, size, CU_MEM_ADVISE_SET_PREFERRED_LOCATION, device));
+  Report("code_advise_v1_preferred_device", advise_v1(spilled, size, CU_MEM_ADVISE_SET_PREFERRED_LOCATION, 0));
+  Report("code_advise_v2_read_mostly", cuMemAdvise(spilled, size, CU_MEM_ADVISE_SET_READ_MOSTLY, device));
+  Report("code_advise_v2_unset_preferred", cuMemAdvise(spilled, size, CU_MEM_ADVISE_UNSET_PREFERRED_LOCATION, device));
+  CHECK_CU(cuStreamSynchronize(nullptr));
+  int preferred = 0;
+  CHECK_CU(cuMemRangeGetAttribute(&preferred, sizeof(preferred), CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION, spilled, 1));
+  Report("spilled_preferred", static_cast<uint64_t>(static_cast<int64_t>(preferred)));
+  Report("spilled_last_prefetch", static_cast<uint64_t>(static_cast<int64_t>(LastPrefetch(spilled))));
+  memtest::HoldPoint("prefetched");
+  // A range that straddles a device block and the spilled one is kept on the host too.
+  Report("code_prefetch_straddling", cuMemPrefetchAsync(spilled - kMiB, 2 * kMiB, device, 0, nullptr));
+  // Towards the host: the driver gets it.
+  Report("host_prefetch_code", cuMemPrefetchAsync(spilled, size, host, 0, nullptr));
+  Report("host_last_prefetch", static_cast<uint64_t>(static_cast<int64_t>(LastPrefetch(spilled))));
+  // Memory that did not spill is the application's business.
+  CHECK_CU(cuMemFree(held.blocks.front().ptr));
+  CUdeviceptr own = 0;
+  CHECK_CU(cuMemAllocManaged(&own, 32 * kMiB, CU_MEM_ATTACH_HOST));
+  Report("own_prefetch_code", cuMemPrefetchAsync(own, 32 * kMiB, device, 0, nullptr));
+  Report("own_last_prefetch", static_cast<uint64_t>(static_cast<int64_t>(LastPrefetch(own))));
+  CHECK_CU(cuMemFree(own));
+  for (size_t i = 1; i < held.blocks.size(); ++i) CHECK_CU(cuMemFree(held.blocks[i].ptr));
+  std::printf("done\n");
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -189,9 +252,11 @@ int main(int argc, char** argv) {
   }
   if (mode == "leak" && argc == 4) return LeakMode(ArgU64(argv[2]) * kMiB, ArgU64(argv[3]) * kMiB);
   if (mode == "share" && argc == 5) return ShareMode(argv[2], static_cast<int>(ArgU64(argv[3])), ArgU64(argv[4]) * kMiB);
+  if (mode == "prefetch" && argc == 2) return PrefetchMode();
   std::fprintf(stderr,
                "usage: memory_spill fill <alloc|managed|async|pitch> <chunk_mib> <total_mib> [<sync_dir>]\n"
                "       memory_spill leak <chunk_mib> <total_mib>\n"
-               "       memory_spill share <dir> <nprocs> <chunk_mib>\n");
+               "       memory_spill share <dir> <nprocs> <chunk_mib>\n"
+               "       memory_spill prefetch\n");
   return 2;
 }
