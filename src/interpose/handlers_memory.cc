@@ -54,7 +54,9 @@ CUresult ChargeCurrent(uint64_t bytes, AllocKind kind, KeySpace space, Allocate 
   if (device < 0) return allocate();  // no context: the driver answers as it would without us
   memory::MaybeReconcile(device);
   constexpr bool kMaySpill = !std::is_same_v<SpillFn, NoSpill>;
-  if (!memory::Reserve(device, bytes, !kMaySpill)) return spill(device);
+  // A refusal that will spill is logged by the spill (a lock-free load decides).
+  const bool may_spill = kMaySpill && memory::HostLimit(device) != 0;
+  if (!memory::Reserve(device, bytes, !may_spill)) return spill(device);
   memory::NoteInflight(device, static_cast<int64_t>(bytes));
   const CUresult result = allocate();
   if (result != CUDA_SUCCESS) {

@@ -7,9 +7,10 @@
 // (CU_MEM_ADVISE_SET_ACCESSED_BY = the device): the GPU reads and writes it over the bus instead of
 // migrating it into its own memory, so it never takes device memory from anyone and the device
 // limit stays hard. (CU_MEM_ATTACH_HOST restricts nothing on the devices that may spill, which
-// all have concurrent managed access; it states where the memory belongs.) Its bytes are charged to the device's host budget in the ledger (TrySpill),
-// never to its device budget. If the memory cannot be placed on the host (advice refused), it is
-// freed and the allocation refused: nothing that might land on the GPU is handed out uncounted.
+// all have concurrent managed access; it states where the memory belongs.) Its bytes are charged
+// to the device's host budget in the ledger (TrySpill), never to its device budget. If the memory
+// cannot be placed on the host (advice refused), it is freed and the allocation refused: nothing
+// that might land on the GPU is handed out uncounted.
 //
 // Devices that cannot access host-resident managed memory concurrently
 // (CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS = 0, which would migrate the memory at every
