@@ -241,8 +241,8 @@ int FindByOrdinal(const File& file, int ordinal) {
 
 void RaisePeak(DeviceRecord* r, uint64_t used) { r->peak = std::max(r->peak, used); }
 
-// One budget of a device: its total, its cap (0 = none for device memory, nothing for host
-// spill), the slot's share and the high-water mark.
+// One budget of a device: its total, the most the total may reach (2^63 for a device without a
+// memory limit; a host limit of 0 admits nothing), the slot's share and the high-water mark.
 struct Budget {
   format::AtomicU64& total;
   uint64_t cap;
