@@ -64,17 +64,19 @@ void NvmlLoadSignals::Sample(const std::vector<int32_t>& pids, double event_shar
     reference_.store(-1, std::memory_order_relaxed);
     return;
   }
-  const double container = ContainerShare(pids, event_share, now);
-  container_.store(container, std::memory_order_relaxed);
+  // NVML's per-process SM utilisation is recorded (debug summary) but not used: on the H200
+  // (driver 580) it read well below the device's GPU-Util for the same lone process, so
+  // "utilisation - per-process share" saw phantom neighbours and, as a reference, it drove the
+  // share up (soft 30/80 alone reached 45, not 80; co-located 30 + 60 ran at 75 + 88).
+  container_.store(ContainerShare(pids, event_share, now), std::memory_order_relaxed);
   nvmlUtilization_t utilization{};
   double others = -1;
-  if (container >= 0 && g_nvml.nvmlDeviceGetUtilizationRates != nullptr &&
+  if (event_share >= 0 && g_nvml.nvmlDeviceGetUtilizationRates != nullptr &&
       g_nvml.nvmlDeviceGetUtilizationRates(static_cast<nvmlDevice_t>(device_), &utilization) == NVML_SUCCESS) {
-    others = std::max(0.0, std::min(utilization.gpu, 100u) / 100.0 - container);
+    others = std::max(0.0, std::min(utilization.gpu, 100u) / 100.0 - event_share);
   }
   others_.store(others, std::memory_order_relaxed);
-  const bool contended = others >= kOthersBusyForReference;
-  reference_.store(contended && per_process_supported_ ? container : -1, std::memory_order_relaxed);
+  reference_.store(-1, std::memory_order_relaxed);
 }
 
 }  // namespace vgpu::compute_limit

@@ -1,20 +1,16 @@
 // compute::LoadSignals from NVML, for one GPU: how busy OTHER containers keep it (soft limit),
-// and this container's share as NVML measures it (the controller's reference under contention).
+// and this container's share as NVML sees it (debug only, see below).
 //
 // Sample() makes the NVML calls (milliseconds each at worst) and caches the results; it is
 // called only by the compute monitor thread (compute_limit.cc), about every 100 ms. The
 // LoadSignals getters, called by the controller from launching threads, only load the cache.
 //
-//   container share  sum over the container's processes (host pids from the ledger) of NVML's
-//                    per-process SM utilisation (nvmlDeviceGetProcessUtilization), averaged over
-//                    the samples NVML produced since the last call; held while NVML produced
-//                    none for at most kHoldNs (its sampling period can exceed ours), then 0.
-//                    When the driver does not support per-process utilisation, the container's
-//                    event-measured share (passed in) stands in.
-//   OthersBusy       max(0, device utilisation (nvmlDeviceGetUtilizationRates) - container share).
-//   ReferenceShare   the container share, but only while others keep the GPU busy (>= 10%): that
-//                    is when the event measurement is biased (another context's time slices
-//                    count as this container's busy time). Alone, events are exact: -1 (none).
+//   OthersBusy       max(0, device utilisation (nvmlDeviceGetUtilizationRates) - the container's
+//                    event-measured share). Both are time shares of the same GPU.
+//   ReferenceShare   none (-1): NVML's per-process SM utilisation (nvmlDeviceGetProcessUtilization,
+//                    summed over the container's host pids from the ledger) is sampled for the debug
+//                    summary only. On the H200 it read well below the device utilisation for a lone
+//                    process, so it is not a time share comparable with ours (docs/compute.md).
 // Any NVML failure makes the affected signal unknown (-1): the controller then stays at the hard
 // limit (never bursts on a guess) and regulates the event-measured share.
 //
@@ -33,7 +29,6 @@ namespace vgpu::compute_limit {
 class NvmlLoadSignals final : public compute::LoadSignals {
  public:
   static constexpr int64_t kHoldNs = 1'000'000'000;
-  static constexpr double kOthersBusyForReference = 0.10;
 
   explicit NvmlLoadSignals(std::string uuid) : uuid_(std::move(uuid)) {}
 

@@ -7,8 +7,8 @@ Usage: python3 tests/gpu/compute/priority.py --library build-gpu/libvgpu.so [--o
 Two processes under libvgpu.so with separate ledgers and one board (VGPU_BOARD in a temp dir):
   low   CUDA_DEVICE_SM_LIMIT=60 (default priority 1), runs 6 s
   high  CUDA_TASK_PRIORITY=0, no limit, starts 2 s later and runs 2 s
-Each runs a loop of ~2 ms spin kernels (torch.cuda._sleep) in batches of 5 with an event per
-batch (at most 3 batches in flight, flow control through events, no device synchronisation),
+Each runs a loop of ~2 ms spin kernels (torch.cuda._sleep) with an event per kernel (at most 10
+in flight, flow control through events, no device synchronisation),
 and reports when each batch completed on the GPU's timeline (events, anchored to CLOCK_MONOTONIC
 by a synchronised start event). The low process's share per 100 ms window = batch GPU time
 completed in the window / 100 ms.
@@ -30,25 +30,24 @@ import time
 WORKER = r"""
 import json, sys, time, torch
 seconds, delay = float(sys.argv[1]), float(sys.argv[2])
+time.sleep(delay)  # before any GPU work: a priority-0 process's first kernel already makes others yield
 torch.cuda.init()
 # cycles of torch.cuda._sleep per ms, measured with events
 a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
 torch.cuda._sleep(1000000); torch.cuda.synchronize()
 a.record(); torch.cuda._sleep(20000000); b.record(); b.synchronize()
 cycles_2ms = int(20000000 / a.elapsed_time(b) * 2)
-time.sleep(delay)
 start = torch.cuda.Event(enable_timing=True)
 start.record(); start.synchronize(); t0 = time.monotonic()
 events = []
 while time.monotonic() - t0 < seconds:
-    for _ in range(5):
-        torch.cuda._sleep(cycles_2ms)
+    torch.cuda._sleep(cycles_2ms)
     e = torch.cuda.Event(enable_timing=True); e.record(); events.append(e)
-    if len(events) > 3:
-        events[-4].synchronize()
+    if len(events) > 10:
+        events[-11].synchronize()
 events[-1].synchronize()
 done = [t0 + start.elapsed_time(e) / 1000.0 for e in events]
-print(json.dumps({"t0": t0, "done": done, "batch_s": 0.010}))
+print(json.dumps({"t0": t0, "done": done, "batch_s": 0.002}))
 """
 
 TOL = 3.0
