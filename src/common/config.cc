@@ -483,6 +483,7 @@ std::optional<Source<CorePolicy>> ReadScalars(DialectReader& reader, Config* con
   if (policy) config->core_policy = policy->value;
   if (auto priority = reader.ReadOne("CUDA_TASK_PRIORITY", ParsePriority)) {
     config->task_priority = priority->value;
+    config->task_priority_set = true;
   }
   std::vector<Source<bool>> oversubscribe;
   reader.Read("CUDA_OVERSUBSCRIBE", ParseBoolValue, &oversubscribe);
@@ -492,6 +493,9 @@ std::optional<Source<CorePolicy>> ReadScalars(DialectReader& reader, Config* con
   ReadHostSpillLimit(reader, chosen_oversubscribe, config);
   if (auto path = reader.ReadOne("CUDA_DEVICE_MEMORY_SHARED_CACHE", ParseLedgerPath)) {
     config->shared_cache_path = std::move(path->value);
+  }
+  if (auto path = reader.ReadOne("VGPU_BOARD", ParseLedgerPath)) {
+    config->board_path = std::move(path->value);
   }
   if (auto uuids = reader.ReadOne("GPU_DEVICES_UUID", ParseUuidList)) {
     config->device_uuids = std::move(uuids->value);
@@ -705,6 +709,7 @@ std::string Config::Describe() const {
                    " of host memory per device");
   }
   if (!shared_cache_path.empty()) AppendLine(&out, "ledger", shared_cache_path);
+  if (!board_path.empty()) AppendLine(&out, "board", board_path);
   for (size_t i = 0; i < device_uuids.size(); ++i) {
     AppendLine(&out, "device " + std::to_string(i) + " uuid", device_uuids[i]);
   }
