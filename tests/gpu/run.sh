@@ -13,15 +13,8 @@ QUICK=0
 [ "${1:-}" = "--quick" ] && QUICK=1
 DETAIL="$BUILD/detail"  # per-check outputs; $OUT keeps the few files that come back
 mkdir -p "$BUILD/gpu" "$OUT" "$DETAIL"
-LOG="$OUT/gpu-checks.log"
-: >"$LOG"
-ROWS=()
-FAILED=0
-row() {  # row <check> <PASS|FAIL|INFO> <detail>
-  ROWS+=("| $1 | $2 | $3 |")
-  [ "$2" = FAIL ] && FAILED=1
-  echo "== $1: $2 $3" | tee -a "$LOG"
-}
+. "$ROOT/tests/gpu/report.sh"
+report_init "$OUT/gpu-checks.log"
 log() { echo "$@" >>"$LOG"; }
 
 echo "== building" | tee -a "$LOG"
@@ -152,7 +145,7 @@ bench driver cuMemAlloc_cuMemFree_pair:max:1.03 $PIN "$BUILD/bench/overhead_driv
   echo "vgpu real-GPU checks on $(cut -d, -f1,2 "$OUT/gpu.txt" | head -1), $(date -u +%F)"
   echo "| check | result | detail |"
   echo "|---|---|---|"
-  printf '%s\n' "${ROWS[@]}"
+  report_print
 } >"$OUT/table.md"
 echo
 cat "$OUT/table.md"

@@ -25,15 +25,8 @@ if [ $OS_STANDALONE = 1 ]; then
   OUT=${OUT:-$BUILD/out}
   LIB="$BUILD/libvgpu.so"
   mkdir -p "$OUT"
-  LOG="$OUT/gpu-checks.log"
-  : >"$LOG"
-  ROWS=()
-  FAILED=0
-  row() {  # row <check> <PASS|FAIL|INFO> <detail>
-    ROWS+=("| $1 | $2 | $3 |")
-    [ "$2" = FAIL ] && FAILED=1
-    echo "== $1: $2 $3" | tee -a "$LOG"
-  }
+  . "$ROOT/tests/gpu/report.sh"
+  report_init "$OUT/gpu-checks.log"
   if [ ! -f "$LIB" ] || [ ! -x "$BUILD/vgpu" ]; then
     echo "== building $LIB and $BUILD/vgpu" | tee -a "$LOG"
     { cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DVGPU_BUILD_TESTS=OFF &&
@@ -209,7 +202,7 @@ if [ $OS_STANDALONE = 1 ]; then
     echo "vgpu oversubscription checks on $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1), $(date -u +%F)"
     echo "| check | result | detail |"
     echo "|---|---|---|"
-    printf '%s\n' "${ROWS[@]}"
+    report_print
   } | tee "$OUT/oversubscribe.md"
   exit $FAILED
 fi

@@ -33,15 +33,8 @@ if [ $MEM_STANDALONE = 1 ]; then
   G="$BUILD/gpu"
   LIB="$BUILD/libvgpu.so"
   mkdir -p "$G" "$OUT"
-  LOG="$OUT/gpu-checks.log"
-  : >"$LOG"
-  ROWS=()
-  FAILED=0
-  row() {  # row <check> <PASS|FAIL|INFO> <detail>
-    ROWS+=("| $1 | $2 | $3 |")
-    [ "$2" = FAIL ] && FAILED=1
-    echo "== $1: $2 $3" | tee -a "$LOG"
-  }
+  . "$ROOT/tests/gpu/report.sh"
+  report_init "$OUT/gpu-checks.log"
   if [ ! -f "$LIB" ]; then
     echo "== building $LIB" | tee -a "$LOG"
     { cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DVGPU_BUILD_TESTS=OFF &&
@@ -271,6 +264,6 @@ if [ $MEM_STANDALONE = 1 ]; then
   echo "vgpu memory-limit checks on $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1), $(date -u +%F)"
   echo "| check | result | detail |"
   echo "|---|---|---|"
-  printf '%s\n' "${ROWS[@]}"
+  report_print
   exit $FAILED
 fi

@@ -16,15 +16,8 @@ OUT=${OUT:-$BUILD/out}
 G="$BUILD/gpu"
 LIB="$BUILD/libvgpu.so"
 mkdir -p "$G" "$OUT"
-LOG="$OUT/two-gpu-checks.log"
-: >"$LOG"
-ROWS=()
-FAILED=0
-row() {  # row <check> <PASS|FAIL|INFO> <detail>
-  ROWS+=("| $1 | $2 | $3 |")
-  [ "$2" = FAIL ] && FAILED=1
-  echo "== $1: $2 $3" | tee -a "$LOG"
-}
+. "$ROOT/tests/gpu/report.sh"
+report_init "$OUT/two-gpu-checks.log"
 field() { printf '%s\n' "$1" | tr ' ' '\n' | sed -n "s/^$2=//p" | head -1; }
 mib() { awk -v b="${1:-0}" 'BEGIN { printf "%.0f", b / 1048576 }'; }
 le() { [ -n "${1:-}" ] && [ -n "${2:-}" ] && awk -v a="$1" -v b="$2" 'BEGIN { exit !(a + 0 <= b + 0) }'; }
@@ -81,5 +74,5 @@ echo
 echo "vgpu two-GPU memory checks on $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1), $(date -u +%F)"
 echo "| check | result | detail |"
 echo "|---|---|---|"
-printf '%s\n' "${ROWS[@]}"
+report_print
 exit $FAILED
