@@ -5,12 +5,13 @@
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cstddef>
 #include <cstring>
+
+#include "ledger/ledger_internal.h"
 
 namespace vgpu::ledger {
 namespace {
@@ -56,22 +57,6 @@ static_assert(offsetof(BoardFile, entries) == 64);
 static_assert(sizeof(BoardFile) == 64 + 192 * kBoardMaxGpus);
 
 std::string Problem(const std::string& path, const std::string& what) { return "board " + path + ": " + what; }
-
-int64_t MonotonicNs() {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
-
-bool TakeFlock(int fd) {
-  const int64_t deadline = MonotonicNs() + kFlockTimeoutNs;
-  while (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-    if ((errno != EWOULDBLOCK && errno != EINTR) || MonotonicNs() > deadline) return false;
-    const struct timespec pause = {0, 1'000'000};
-    nanosleep(&pause, nullptr);
-  }
-  return true;
-}
 
 // Under the flock: initialises an empty file, or checks an existing one.
 std::string InitOrCheck(int fd, const std::string& path) {
@@ -121,7 +106,7 @@ std::unique_ptr<Board> Board::Open(const std::string& path, LedgerStatus* status
     *status = LedgerStatus::Error(Problem(path, std::string("cannot open: ") + strerror(errno)));
     return nullptr;
   }
-  if (!TakeFlock(fd)) {
+  if (!internal::TakeFlock(fd, kFlockTimeoutNs)) {
     *status = LedgerStatus::Error(Problem(path, "cannot lock (flock timed out)"));
     close(fd);
     return nullptr;
@@ -168,7 +153,7 @@ compute::PriorityBoard* Board::Lookup(const std::string& uuid, std::string* erro
     return nullptr;
   };
   if (compute::PriorityBoard* found = find()) return found;
-  if (!TakeFlock(fd_)) {
+  if (!internal::TakeFlock(fd_, kFlockTimeoutNs)) {
     *error = Problem(path_, "cannot lock (flock timed out)");
     return nullptr;
   }

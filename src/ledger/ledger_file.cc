@@ -73,8 +73,11 @@ LedgerStatus BuildInto(int fd, const std::string& tmp, const LimitSet& limits, m
   return LedgerStatus::Ok();
 }
 
-bool TakeFlock(int fd) {
-  const int64_t deadline = MonotonicNs() + kFlockTimeoutNs;
+
+}  // namespace
+
+bool TakeFlock(int fd, int64_t timeout_ns) {
+  const int64_t deadline = MonotonicNs() + timeout_ns;
   while (flock(fd, LOCK_EX | LOCK_NB) != 0) {
     if (errno != EWOULDBLOCK && errno != EINTR) return false;
     if (MonotonicNs() > deadline) return false;
@@ -83,8 +86,6 @@ bool TakeFlock(int fd) {
   }
   return true;
 }
-
-}  // namespace
 
 std::string CurrentBootId() {
   char buf[format::kBootIdBytes] = {};
@@ -240,7 +241,7 @@ File* MapFile(int fd, const std::string& path, LedgerStatus* status) {
 LedgerStatus ReconcileBoot(int fd, File* file, const std::string& path) {
   const std::string current = CurrentBootId();
   if (current.empty()) return LedgerStatus::Ok();  // cannot tell boots apart here
-  if (!TakeFlock(fd)) return LedgerStatus::Error(Problem(path, "cannot take the file lock (flock) within 5 s"));
+  if (!TakeFlock(fd, kFlockTimeoutNs)) return LedgerStatus::Error(Problem(path, "cannot take the file lock (flock) within 5 s"));
   Header& h = file->header;
   const std::string stored = FixedString(h.boot_id, sizeof(h.boot_id));
   if (stored != current) {

@@ -35,6 +35,9 @@ using LivenessFn = bool (*)(int32_t pid, uint64_t start_time);
 // /proc/sys/kernel/random/boot_id, or "" when unreadable.
 std::string CurrentBootId();
 
+// flock(LOCK_EX) on `fd`, retried every 1 ms for at most `timeout_ns`; false on timeout or error.
+bool TakeFlock(int fd, int64_t timeout_ns);
+
 // Creates `dir` 0700, or accepts an existing directory owned by the euid and not writable by
 // group/others (and not a symlink).
 LedgerStatus EnsurePrivateDirectory(const std::string& dir);
