@@ -231,6 +231,10 @@ void* MonitorMain(void*) {
     const bool sample = now >= next_signals;
     if (sample) next_signals = now + kSignalPeriodNs;
     bool active = false;
+    std::vector<int32_t> pids;  // the container's processes, read once per sampling pass
+    if (sample) {
+      if (ledger::Ledger* ledger = memory::SharedLedger()) pids = ContainerPids(*ledger);
+    }
     for (int d = 0; d < ledger::kLedgerMaxDevices; ++d) {
       DeviceLimiter* dl = r.limiters[d].load(std::memory_order_acquire);
       if (dl == nullptr) continue;
@@ -244,12 +248,8 @@ void* MonitorMain(void*) {
       } else {
         dl->controller.MaybeUpdate(now);
       }
-      const compute::ControllerSnapshot snap = dl->controller.Snapshot(now);
-      active = active || now - dl->limiter.controller()->LastActivityNs() < kIdleAfterNs;
-      if (sample) {
-        ledger::Ledger* ledger = memory::SharedLedger();
-        if (ledger != nullptr) dl->signals.Sample(ContainerPids(*ledger), snap.measured_ppm / 1e6, now);
-      }
+      active = active || now - dl->controller.LastActivityNs() < kIdleAfterNs;
+      if (sample) dl->signals.Sample(pids, dl->controller.Snapshot(now).measured_ppm / 1e6, now);
     }
     period = active ? kMonitorPeriodNs : kMonitorIdlePeriodNs;
   }

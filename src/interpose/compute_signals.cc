@@ -61,7 +61,6 @@ double NvmlLoadSignals::ContainerShare(const std::vector<int32_t>& pids, double 
 void NvmlLoadSignals::Sample(const std::vector<int32_t>& pids, double event_share, int64_t now) {
   if (!Resolve()) {
     others_.store(-1, std::memory_order_relaxed);
-    reference_.store(-1, std::memory_order_relaxed);
     return;
   }
   // NVML's per-process SM utilisation is recorded (debug summary) but not used: on the H200
@@ -76,7 +75,6 @@ void NvmlLoadSignals::Sample(const std::vector<int32_t>& pids, double event_shar
     others = std::max(0.0, std::min(utilization.gpu, 100u) / 100.0 - event_share);
   }
   others_.store(others, std::memory_order_relaxed);
-  reference_.store(-1, std::memory_order_relaxed);
 }
 
 }  // namespace vgpu::compute_limit

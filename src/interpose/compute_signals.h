@@ -37,7 +37,7 @@ class NvmlLoadSignals final : public compute::LoadSignals {
   void Sample(const std::vector<int32_t>& pids, double event_share, int64_t now);
 
   double OthersBusy(int64_t) override { return others_.load(std::memory_order_relaxed); }
-  double ReferenceShare(int64_t) override { return reference_.load(std::memory_order_relaxed); }
+  double ReferenceShare(int64_t) override { return -1; }  // none: see above
 
   // Last container share NVML reported (0..1), -1 when unknown; for the debug summary.
   double container_share() const { return container_.load(std::memory_order_relaxed); }
@@ -53,7 +53,6 @@ class NvmlLoadSignals final : public compute::LoadSignals {
   double held_share_ = -1;
   int64_t held_since_ns_ = 0;
   std::atomic<double> others_{-1};
-  std::atomic<double> reference_{-1};
   std::atomic<double> container_{-1};
 };
 
