@@ -140,8 +140,9 @@ double MetricValue(const std::string& metrics, const std::string& series) {
   std::istringstream in(metrics);
   for (std::string line; std::getline(in, line);) {
     if (line.rfind(series, 0) != 0) continue;
+    // A bare name must be the whole name; a series with labels may name only the first ones.
     const char next = line.size() > series.size() ? line[series.size()] : '\0';
-    if (next != ' ' && next != '{' && series.back() != '}' && series.back() != ',') continue;
+    if (series.find('{') == std::string::npos && next != ' ' && next != '{') continue;
     return strtod(line.c_str() + line.rfind(' ') + 1, nullptr);
   }
   return -1;
@@ -189,6 +190,41 @@ bool SendAndClose(const std::string& socket_path, const std::string& bytes, int 
   wire::FrameHeader h;
   return wire::DecodeHeader(reinterpret_cast<const unsigned char*>(reply.data()), wire::kMaxReplyPayload, &h).empty() &&
          reply.size() == wire::kHeaderBytes + h.payload_length;
+}
+
+}  // namespace vgpu::node::testing
+
+namespace vgpu::node::testing {
+
+pid_t Spawn(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env, const std::string& out_prefix) {
+  std::vector<std::string> strings;
+  for (const auto& [k, v] : env) strings.push_back(k + "=" + v);
+  if (env.count("PATH") == 0) strings.push_back("PATH=/usr/bin:/bin");
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const int out = open((out_prefix + ".out").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const int err = open((out_prefix + ".err").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(out, 1);
+    dup2(err, 2);
+    std::vector<std::string> args = argv;
+    std::vector<char*> a, e;
+    for (std::string& s : args) a.push_back(s.data());
+    a.push_back(nullptr);
+    for (std::string& s : strings) e.push_back(s.data());
+    e.push_back(nullptr);
+    execve(a[0], a.data(), e.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+int WaitExit(pid_t pid, int timeout_ms) {
+  for (int waited = 0; waited <= timeout_ms; waited += 10) {
+    int status = 0;
+    if (waitpid(pid, &status, WNOHANG) == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    usleep(10000);
+  }
+  return -1;
 }
 
 }  // namespace vgpu::node::testing

@@ -51,8 +51,9 @@ wire::ExchangeResult SendRaw(const std::string& socket, const std::string& bytes
 // A register request frame.
 std::string RegisterFrame(const std::string& pod_uid, const std::string& container, uint32_t pid);
 
-// The value of the first sample line that starts with `series` ("name{labels}" or "name"),
-// or -1 when there is none.
+// The value of the first sample line that starts with `series`, or -1 when there is none:
+// "name" matches that metric exactly; "name{a=\"x\"" (labels, possibly only the first ones)
+// matches by prefix.
 double MetricValue(const std::string& metrics, const std::string& series);
 
 // Polls `condition` every 50 ms for at most `timeout_ms`.
@@ -67,4 +68,11 @@ namespace vgpu::node::testing {
 // Sends `bytes`, half-closes (so the daemon sees the end of the request at once) and reads
 // until the daemon closes or `timeout_ms` passes. Returns whether a complete reply frame came.
 bool SendAndClose(const std::string& socket, const std::string& bytes, int timeout_ms = 2000);
+}  // namespace vgpu::node::testing
+
+namespace vgpu::node::testing {
+// Starts argv[0] with exactly `env` (plus PATH), stdout/stderr to <out_prefix>.out / .err.
+pid_t Spawn(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env, const std::string& out_prefix);
+// Waits at most timeout_ms for pid; its exit status (128+signal when killed), or -1 on timeout.
+int WaitExit(pid_t pid, int timeout_ms);
 }  // namespace vgpu::node::testing
