@@ -23,7 +23,7 @@ const std::vector<ConfigKey> kKeys = {
     {"scan_interval", "DURATION", "Housekeeping period: container scan, bypass detection, removal. Default 2s."},
     {"request_timeout", "DURATION", "A client must send its whole request within this. Default 1s."},
     {"max_connections", "N", "Open registration connections at most; more are closed at once. Default 1024."},
-    {"server_threads", "N", "Threads serving the registration socket (1..64). Default 2."},
+    {"server_threads", "N", "Threads serving the registration socket (1..64). Default 4."},
     {"bypass_action", "report|kill", "What to do with a GPU process in a limited container that is not in its ledger. Default report."},
     {"bypass_grace", "DURATION", "How long such a process must stay unregistered before it is reported. Default 2s."},
     {"orphan_grace", "DURATION", "A container whose cgroup was never seen is removed after this. Default 10m."},

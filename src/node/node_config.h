@@ -39,7 +39,7 @@ struct NodeConfig {
   int64_t scan_interval_ms = 2000;
   int64_t request_timeout_ms = 1000;
   int max_connections = 1024;
-  int server_threads = 2;
+  int server_threads = 4;
   BypassAction bypass_action = BypassAction::kReport;
   int64_t bypass_grace_ms = 2000;
   int64_t orphan_grace_ms = 600'000;
