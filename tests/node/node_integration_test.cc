@@ -264,6 +264,45 @@ TEST_F(NodeIntegrationTest, XidEventsMakeAGpuUnhealthyAndItRecovers) {
   EXPECT_EQ(MetricValue(daemon->Metrics(), "vgpu_gpu_health_transitions_total{node="), 2);
 }
 
+TEST_F(NodeIntegrationTest, PsAndTopWorkNodeWideThroughTheDaemon) {
+  AddGroup();
+  auto daemon = StartDaemon();
+  const pid_t good = Hold("registered", 128, LibraryEnv(daemon->socket()));
+  const pid_t rogue = Hold("rogue", 64, SimEnv());
+  ASSERT_TRUE(WaitFor(5000, [&] { return MetricValue(daemon->Metrics(), "vgpu_bypass_processes{node=") == 1; }));
+
+  const std::string ps = dir_.path() + "/ps";
+  // Node-wide also lists the ledgers found locally (/tmp/vgpu-<uid>/...), which on a shared test
+  // machine may be unreadable leftovers: exit status 1 then; the daemon's part is what we check.
+  const int ps_status = WaitExit(Spawn({VGPU_CLI_EXE, "ps", "--socket", daemon->socket()}, {{"HOME", dir_.path()}}, ps), 10000);
+  ASSERT_TRUE(ps_status == 0 || ps_status == 1) << ReadFile(ps + ".out") << ReadFile(ps + ".err");
+  const std::string out = ReadFile(ps + ".out");
+  EXPECT_NE(out.find(ledger_path() + "  [container batch/trainer/main (pod uid job), 1 registered]"), std::string::npos) << out;
+  EXPECT_NE(out.find(std::to_string(good) + "     running  128 MiB + 256 MiB"), std::string::npos) << out;  // by host pid
+  EXPECT_NE(out.find("Simulated GPU (vgpu test double)"), std::string::npos) << out;
+  EXPECT_NE(out.find("GPU processes in limited containers that bypass vgpu"), std::string::npos) << out;
+  EXPECT_NE(out.find("  " + std::to_string(rogue) + " "), std::string::npos) << out;
+  EXPECT_NE(out.find(" memory_procs  job_main   " + kUuid0 + "  320 MiB"), std::string::npos) << out;
+
+  const std::string json = dir_.path() + "/psjson";
+  WaitExit(Spawn({VGPU_CLI_EXE, "ps", "--json", "--socket", daemon->socket()}, {}, json), 10000);
+  EXPECT_NE(ReadFile(json + ".out").find("\"bypass\": [{\"host_pid\": " + std::to_string(rogue)), std::string::npos) << ReadFile(json + ".out");
+
+  const std::string top = dir_.path() + "/top";
+  const int top_status = WaitExit(Spawn({VGPU_CLI_EXE, "top", "--once", "--socket", daemon->socket()}, {}, top), 10000);
+  ASSERT_TRUE(top_status == 0 || top_status == 1) << ReadFile(top + ".err");
+  const std::string frame = ReadFile(top + ".out");
+  EXPECT_NE(frame.find("vgpu top - node "), std::string::npos) << frame;
+  EXPECT_NE(frame.find("batch/trainer/main  0 GPU-5151a000  384 MiB / 1 GiB (37.5%)"), std::string::npos) << frame;
+  EXPECT_NE(frame.find("BYPASS: host pid " + std::to_string(rogue) + " (memory_procs) in job_main"), std::string::npos) << frame;
+
+  // Without a daemon: the local view, and a note on stderr when the socket exists but is dead.
+  const std::string dead = dir_.path() + "/dead";
+  const int dead_status = WaitExit(Spawn({VGPU_CLI_EXE, "ps", "--socket", dir_.path() + "/none.sock"}, {}, dead), 10000);
+  ASSERT_TRUE(dead_status == 0 || dead_status == 1);
+  EXPECT_EQ(ReadFile(dead + ".out").find("[container"), std::string::npos);
+}
+
 std::string FindPython() {
   for (const char* candidate : {"/usr/bin/python3", "python3"}) {
     const std::string command = std::string(candidate) + " -c 'import prometheus_client' 2>/dev/null";
