@@ -278,7 +278,10 @@ TEST_F(NodeIntegrationTest, PsAndTopWorkNodeWideThroughTheDaemon) {
   ASSERT_TRUE(ps_status == 0 || ps_status == 1) << ReadFile(ps + ".out") << ReadFile(ps + ".err");
   const std::string out = ReadFile(ps + ".out");
   EXPECT_NE(out.find(ledger_path() + "  [container batch/trainer/main (pod uid job), 1 registered]"), std::string::npos) << out;
-  EXPECT_NE(out.find(std::to_string(good) + "     running  128 MiB + 256 MiB"), std::string::npos) << out;  // by host pid
+  // The registered process, judged alive by its host pid: "  <pid>  <host pid>  running  128 MiB + 256 MiB".
+  const size_t row = out.find("\n  " + std::to_string(good) + " ");
+  ASSERT_NE(row, std::string::npos) << out;
+  EXPECT_NE(out.substr(row, out.find('\n', row + 1) - row).find(" running  128 MiB + 256 MiB"), std::string::npos) << out;
   EXPECT_NE(out.find("Simulated GPU (vgpu test double)"), std::string::npos) << out;
   EXPECT_NE(out.find("GPU processes in limited containers that bypass vgpu"), std::string::npos) << out;
   EXPECT_NE(out.find("  " + std::to_string(rogue) + " "), std::string::npos) << out;
