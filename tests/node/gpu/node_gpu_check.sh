@@ -89,6 +89,7 @@ note "- rogue (pid $ROGUE, no LD_PRELOAD) exit $rogue_rc"
 note "- nvidia-smi compute apps while both ran (pid, memory): $(tr '\n' ';' <"$W/smi.txt")"
 note ""
 note '```'
+cp "$W/events" "$OUT/events.txt"
 python3 "$HERE/analyze.py" "$W/events" "$OUT/samples.txt" "$W/rogue.ready" "$TORCH" | tee -a "$R"
 [ "${PIPESTATUS[0]}" = 0 ] || fail=1
 note '```'
@@ -111,6 +112,6 @@ note ""
 cat "$OUT/bench.txt" >>"$R"
 if [ "$MOVED" = 1 ]; then echo $$ >/sys/fs/cgroup/cgroup.procs 2>/dev/null; rmdir "$CG" 2>/dev/null; fi
 note ""
-note "overall: $([ $fail = 0 ] && echo PASS || echo FAIL); files: results.md daemon.log samples.txt metrics.txt cli.txt bench.txt build.log"
+note "overall: $([ $fail = 0 ] && echo PASS || echo FAIL); files: results.md daemon.log samples.txt events.txt metrics.txt cli.txt bench.txt build.log"
 rm -rf "$W"
 exit $fail
