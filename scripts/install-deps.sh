@@ -4,7 +4,8 @@
 # Safe to run repeatedly; uses sudo when not root.
 set -euo pipefail
 
-packages=(cmake ninja-build g++ make libgtest-dev python3)
+# python3-prometheus-client: tests parse vgpu-node's /metrics with Prometheus' own parser.
+packages=(cmake ninja-build g++ make libgtest-dev python3 python3-prometheus-client)
 as_root=()
 [ "$(id -u)" -ne 0 ] && as_root=(sudo)
 

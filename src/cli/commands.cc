@@ -5,6 +5,7 @@
 #include "cli/info.h"
 #include "cli/ps.h"
 #include "cli/run.h"
+#include "cli/top.h"
 
 namespace vgpu::cli {
 namespace {
@@ -70,6 +71,13 @@ constexpr std::string_view kPsDescription =
     "(CUDA_OVERSUBSCRIBE) a HOST / LIMIT column shows the host memory the GPU's allocations\n"
     "spilled into against its host spill limit, and processes show \", host 2 GiB\".\n"
     "\n"
+    "Node-wide: without PATH arguments (and without --local), vgpu ps first asks vgpu-node\n"
+    "(--socket, else $VGPU_SOCKET, else /var/lib/vgpu/vgpu.sock) for the containers it manages;\n"
+    "each of their ledgers is listed with the container's name, followed by the node's GPUs\n"
+    "(memory, utilization, health) and any GPU process in a limited container that bypasses\n"
+    "vgpu. Processes of the daemon's ledgers are judged alive by their host pid. Without a\n"
+    "daemon (no socket), the local search below also covers /var/lib/vgpu/containers.\n"
+    "\n"
     "Without PATH arguments, ledgers are looked for in:\n"
     "  /tmp/vgpu-<uid>/ledger                the library's default ledger\n"
     "  /tmp/vgpu-<uid>/run-*/ledger          `vgpu run` jobs (without XDG_RUNTIME_DIR)\n"
@@ -83,6 +91,7 @@ constexpr std::string_view kPsDescription =
     "Examples:\n"
     "  vgpu ps\n"
     "  vgpu ps --json /run/vgpu/pod-1234/ledger\n"
+    "  vgpu ps --local\n"
     "  VGPU_LEDGER_DIRS=/var/lib/vgpu/containers vgpu ps";
 
 constexpr std::string_view kPsEpilog =
@@ -98,11 +107,40 @@ constexpr std::string_view kPsEpilog =
     "    \"processes\": [{\"pid\", \"host_pid\", \"start_time\", \"alive\",\n"
     "                   \"devices\": [{\"index\", \"charged\", \"overhead\", \"spilled\"}]}]},\n"
     "   {\"path\", \"ok\": false, \"error\"}]}\n"
+    "  Ledgers of vgpu-node's containers also have \"label\" (the container), and the object\n"
+    "  starts with \"node\", \"gpus\": [{\"index\", \"uuid\", \"name\", \"memory_total\",\n"
+    "  \"memory_used\", \"utilization\", \"healthy\", \"health_reason\"}] and \"bypass\":\n"
+    "  [{\"host_pid\", \"comm\", \"container\", \"gpus\", \"memory\", \"first_seen_unix\"}].\n"
     "  Sizes are bytes; limits of 0 mean unlimited (a host limit of 0: no spilling);\n"
     "  percentages are whole numbers.\n"
     "\n"
     "Exit status:\n"
     "  0; 1 if any listed ledger could not be read; 2 for an invalid option.";
+
+constexpr std::string_view kTopDescription =
+    "A refreshing view of every vgpu container and job (the same ledgers as `vgpu ps`, node-wide\n"
+    "through vgpu-node when it runs). One line per container and GPU:\n"
+    "  CONTAINER              the container (pod/namespace from vgpu-node) or the ledger path\n"
+    "  MEMORY USED / LIMIT    device memory charged (allocations + context) against the limit\n"
+    "  COMPUTE SHARE / LIMIT  the GPU busy share the compute limiter measures for the\n"
+    "                         container's kernels (moving average; \"-\" before any measurement)\n"
+    "                         against the compute limit (and the soft limit)\n"
+    "  THROTTLED              share of the last interval in which the limiter held the\n"
+    "                         container's launches back (\"-\" on the first frame)\n"
+    "  PROCS                  live processes in the ledger\n"
+    "With vgpu-node, each GPU's memory, utilization and health follow, and a BYPASS line for\n"
+    "every GPU process in a limited container that vgpu does not account.\n"
+    "On a terminal the screen is redrawn; otherwise frames follow each other, separated by a\n"
+    "blank line (for logs and tests: --once or --iterations N).\n"
+    "\n"
+    "Examples:\n"
+    "  vgpu top\n"
+    "  vgpu top --interval 0.5\n"
+    "  vgpu top --once --local /tmp/vgpu-1000/run-42-1700000000/ledger";
+
+constexpr std::string_view kTopEpilog =
+    "Exit status:\n"
+    "  0; 1 if a ledger of the last frame could not be read; 2 for an invalid option.";
 
 constexpr std::array kCommands = {
     Command{"run", "Run a command under GPU memory and compute limits",
@@ -112,9 +150,11 @@ constexpr std::array kCommands = {
             "vgpu info [options]", kInfoDescription, InfoOptions, OperandMode::kInterleaved,
             kInfoEpilog, InfoMain},
     Command{"ps", "Show the GPU memory each vgpu job and process uses, from the ledgers",
-            "vgpu ps [--json] [PATH...]", kPsDescription, PsOptions, OperandMode::kInterleaved, kPsEpilog,
+            "vgpu ps [--json] [--local] [--socket PATH] [PATH...]", kPsDescription, PsOptions, OperandMode::kInterleaved, kPsEpilog,
             PsMain},
-    // `top` (live view over the ledgers) slots in here.
+    Command{"top", "Watch memory and compute share against the limits, refreshing",
+            "vgpu top [--once | --iterations N] [--interval SECONDS] [--local] [--socket PATH] [PATH...]",
+            kTopDescription, TopOptions, OperandMode::kInterleaved, kTopEpilog, TopMain},
     Command{"help", "Show help for vgpu or for a command", "vgpu help [command]",
             "Shows the list of commands, or a command's options.", HelpOptions,
             OperandMode::kInterleaved, "", HelpMain},

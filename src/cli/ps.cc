@@ -12,6 +12,7 @@
 #include <set>
 #include <sstream>
 
+#include "cli/node_view.h"
 #include "common/config.h"
 
 namespace vgpu::cli {
@@ -24,6 +25,8 @@ using ledger::Snapshot;
 
 constexpr std::array kPsOptions = {
     OptionSpec{"json", 0, "", "Print JSON instead of tables (for scripts and monitoring)."},
+    OptionSpec{"local", 0, "", "Do not ask vgpu-node; read only the ledgers found locally."},
+    OptionSpec{"socket", 0, "PATH", "vgpu-node's socket (default $VGPU_SOCKET, else /var/lib/vgpu/vgpu.sock)."},
     OptionSpec{"help", 'h', "", "Show this help."},
 };
 
@@ -274,7 +277,7 @@ std::string FormatPsTable(const std::vector<PsEntry>& entries) {
   std::string text;
   for (const PsEntry& entry : entries) {
     if (!text.empty()) text += "\n";
-    text += entry.path + "\n";
+    text += entry.path + (entry.label.empty() ? "" : "  [" + entry.label + "]") + "\n";
     if (!entry.ok()) {
       text += "  error: " + entry.error + "\n";
       continue;
@@ -291,12 +294,13 @@ std::string FormatPsTable(const std::vector<PsEntry>& entries) {
   return text;
 }
 
-std::string FormatPsJson(const std::vector<PsEntry>& entries) {
+std::string FormatPsJson(const std::vector<PsEntry>& entries, const std::string& members) {
   std::ostringstream json;
-  json << "{\"ledgers\": [";
+  json << "{" << members << "\"ledgers\": [";
   for (size_t i = 0; i < entries.size(); ++i) {
     const PsEntry& entry = entries[i];
     json << (i ? ",\n  " : "\n  ") << "{\"path\": " << JsonString(entry.path) << ", \"ok\": " << (entry.ok() ? "true" : "false");
+    if (!entry.label.empty()) json << ", \"label\": " << JsonString(entry.label);
     if (!entry.ok()) {
       json << ", \"error\": " << JsonString(entry.error) << "}";
       continue;
@@ -317,16 +321,23 @@ std::string FormatPsJson(const std::vector<PsEntry>& entries) {
 }
 
 int PsMain(const ParsedArgs& args, std::ostream& out, std::ostream& err) {
-  const LedgerSearch search = LedgerSearchFromProcess(args.operands);
-  const std::vector<PsEntry> entries = ReadLedgers(FindLedgerPaths(search));
+  NodeViewOptions options;
+  options.local = args.Has("local");
+  options.socket = args.Last("socket").value_or("");
+  options.operands = args.operands;
+  const NodeView view = CollectNodeView(options);
+  const LedgerSearch& search = view.search;
+  const std::vector<PsEntry>& entries = view.entries;
+  if (!view.note.empty()) err << "vgpu ps: " << view.note << "; showing the ledgers found locally\n";
   if (args.Has("json")) {
-    out << FormatPsJson(entries);
+    out << FormatPsJson(entries, FormatNodeJsonMembers(view));
   } else if (entries.empty()) {
     out << "no ledgers found (searched " << search.uid_root << "/ledger, " << search.uid_root << "/run-*/ledger"
         << (search.xdg_runtime_dir.empty() ? "" : ", " + search.xdg_runtime_dir + "/vgpu/run-*/ledger")
         << (search.ledger_dirs.empty() ? "" : " and $VGPU_LEDGER_DIRS") << ")\n";
+    out << FormatNodeTables(view);
   } else {
-    out << FormatPsTable(entries);
+    out << FormatPsTable(entries) << FormatNodeTables(view);
   }
   const bool all_ok = std::all_of(entries.begin(), entries.end(), [](const PsEntry& e) { return e.ok(); });
   if (!all_ok) err << "vgpu ps: some ledgers could not be read (listed with their error)\n";

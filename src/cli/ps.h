@@ -38,6 +38,7 @@ std::vector<std::string> FindLedgerPaths(const LedgerSearch& search);
 // What `vgpu ps` says about one path: a snapshot, or why there is none.
 struct PsEntry {
   std::string path;
+  std::string label;  // who the ledger belongs to, from vgpu-node ("" = unknown); see node_view.h
   std::string error;  // empty = `snapshot` is valid
   ledger::Snapshot snapshot;
   bool ok() const { return error.empty(); }
@@ -49,7 +50,8 @@ std::vector<PsEntry> ReadLedgers(const std::vector<std::string>& paths);
 std::string FormatPsTable(const std::vector<PsEntry>& entries);
 
 // {"ledgers": [...]} with every number in bytes / percent; see `vgpu ps --help`.
-std::string FormatPsJson(const std::vector<PsEntry>& entries);
+// `members` (JSON members each followed by ", ", e.g. the node view's) go before "ledgers".
+std::string FormatPsJson(const std::vector<PsEntry>& entries, const std::string& members = "");
 
 // Exit status: 0; 1 when any listed ledger could not be read; 2 for a usage error.
 int PsMain(const ParsedArgs& args, std::ostream& out, std::ostream& err);

@@ -8,6 +8,7 @@
 #include "interpose/handlers.h"
 #include "interpose/loader.h"
 #include "interpose/memory_accounting.h"
+#include "interpose/registration.h"
 #include "interpose/runtime.h"
 
 namespace vgpu::hooks {
@@ -40,10 +41,14 @@ CUresult hook_cuInit(unsigned int flags) {
     VGPU_ERROR("cuInit refused: the vgpu configuration is invalid (see the errors above)");
     return CUDA_ERROR_NOT_PERMITTED;
   }
+  std::string error;
+  if (!runtime.passthrough() && !registration::RegisterAtCuInit(&error)) {
+    VGPU_ERROR("cuInit refused: %s", error.c_str());
+    return CUDA_ERROR_NOT_PERMITTED;
+  }
   const CUresult result = real(flags);
   if (result != CUDA_SUCCESS) return result;
   // Limits that cannot be enforced (a corrupt ledger, say) refuse CUDA rather than run unlimited.
-  std::string error;
   if (!memory::InitForCuInit(&error)) {
     VGPU_ERROR("cuInit refused: memory limits are configured but cannot be enforced: %s", error.c_str());
     return CUDA_ERROR_NOT_PERMITTED;

@@ -16,6 +16,7 @@
 #include "interpose/driver_imports.h"
 #include "interpose/loader.h"
 #include "interpose/memory_pools.h"
+#include "interpose/registration.h"
 #include "interpose/runtime.h"
 #include "ledger/ledger.h"
 #include "ledger/limits_from_config.h"
@@ -82,7 +83,7 @@ int64_t NowNs() {
 bool RegisterProcess(State& s, std::string* error) {
   const pid_t pid = getpid();
   if (s.slot.load() >= 0 && s.registered_pid == pid) return true;
-  const int slot = s.ledger->RegisterProcess(pid, pid, ledger::ProcessStartTime(pid));
+  const int slot = s.ledger->RegisterProcess(pid, registration::HostPid(), ledger::ProcessStartTime(pid));
   if (slot < 0) {
     *error = "the ledger's process table is full";
     return false;
@@ -101,13 +102,16 @@ bool InitForCuInit(std::string* error) {
   if (runtime.passthrough()) return true;
   // A compute limit needs the ledger too: its budget is shared by the container's processes there
   // (and so does taking part in priorities: the limiter that yields keeps its state there).
+  // The node daemon's answer names the container's ledger (registration.h); the environment's wins.
+  const std::string registered_ledger = registration::LedgerPath();
   const bool wanted = config.HasAnyMemoryLimit() || config.HasAnySmLimit() || config.task_priority_set ||
-                      !config.shared_cache_path.empty();
+                      !config.shared_cache_path.empty() || !registered_ledger.empty();
   if (!wanted) return true;
   std::lock_guard<std::mutex> lock(s.init_mu);
   if (!s.ledger) {
-    const std::string path =
-        config.shared_cache_path.empty() ? ledger::DefaultLedgerPath() : config.shared_cache_path;
+    const std::string path = !config.shared_cache_path.empty() ? config.shared_cache_path
+                             : !registered_ledger.empty()      ? registered_ledger
+                                                               : ledger::DefaultLedgerPath();
     ledger::LedgerStatus status;
     std::string disagreement;
     s.ledger = ledger::Ledger::Open(path, ledger::LimitSetFromConfig(config, ledger::Authority::kLibrary), &status, &disagreement);
@@ -247,7 +251,7 @@ int64_t NvmlProcessUsage(State& s, int device) {
   if (g_nvml.nvmlDeviceGetComputeRunningProcesses_v3(s.nvml_device[device], &count, infos) != NVML_SUCCESS) {
     return -1;
   }
-  const unsigned int pid = static_cast<unsigned int>(getpid());
+  const unsigned int pid = static_cast<unsigned int>(registration::HostPid());  // NVML lists host pids
   for (unsigned int i = 0; i < count; ++i) {
     if (infos[i].pid == pid) return static_cast<int64_t>(infos[i].usedGpuMemory);
   }

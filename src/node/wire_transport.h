@@ -1,0 +1,41 @@
+// Client side of the registration socket: one request frame out, one reply frame in, over a unix
+// stream socket, with one deadline for the whole exchange. Used by libvgpu.so (registration at
+// cuInit), the vgpu CLI (node-wide ps/top) and the benchmarks.
+//
+// Never blocks past the deadline: the socket is non-blocking and every wait is a poll() bounded
+// by the time left. Never raises SIGPIPE (send with MSG_NOSIGNAL). No exceptions, no threads,
+// no global state; errno is preserved for the caller.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "node/wire.h"
+
+namespace vgpu::node::wire {
+
+enum class Failure {
+  kNone = 0,
+  kUnreachable,  // no socket at the path, nobody listening, or the path is unusable
+  kTimeout,      // the deadline passed (connect backlog full, daemon slow or stuck)
+  kProtocol,     // the peer closed early or sent something that is not a valid frame
+};
+
+struct ExchangeResult {
+  Failure failure = Failure::kNone;
+  std::string error;   // empty when failure == kNone; else names the socket and the problem
+  FrameHeader header;  // of the reply
+  std::string payload;
+  bool ok() const { return failure == Failure::kNone; }
+};
+
+// Connects to `socket_path`, writes `frame`, reads one reply frame whose payload is at most
+// `max_reply_payload` bytes, and closes. timeout_ms > 0 bounds everything together.
+ExchangeResult Exchange(const std::string& socket_path, std::string_view frame, int timeout_ms,
+                        uint32_t max_reply_payload);
+
+// CLOCK_MONOTONIC in nanoseconds (for deadlines and latency measurements).
+int64_t MonotonicNs();
+
+}  // namespace vgpu::node::wire
