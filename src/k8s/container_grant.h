@@ -58,8 +58,10 @@ struct GrantedGpu {
 struct ContainerGrant {
   std::string key;                // directory name under <state_dir>/containers
   std::vector<GrantedGpu> gpus;   // in the container's CUDA ordinal order
-  std::string pod_uid;            // empty when the mode does not know the pod
-  std::string container_name;     // empty when the mode does not know the container
+  std::string pod_uid;            // VGPU_POD_UID; standalone: a made-up "standalone-<id>"
+  std::string container_name;     // VGPU_CONTAINER_NAME; standalone: "vgpu"
+  std::string pod_namespace;      // for the daemon's records and metrics (empty when unknown)
+  std::string pod_name;
   bool skip_preload = false;      // the container sets CUDA_DISABLE_CONTROL=true
   int task_priority = -1;         // -1 = not set
 };

@@ -5,7 +5,6 @@
 #include <cerrno>
 #include <cstring>
 
-#include "k8s/container_grant.h"
 
 namespace vgpu::k8s {
 namespace {
@@ -31,9 +30,9 @@ Status MakeDirectories(const std::string& path) {
 
 LedgerDirectoryStore::LedgerDirectoryStore(std::string containers_dir) : containers_dir_(std::move(containers_dir)) {}
 
-Status LedgerDirectoryStore::Prepare(const std::string& key, const ledger::LimitSet& limits) {
-  if (Status status = ValidateContainerKey(key); !status.ok) return status;
-  const std::string dir = containers_dir_ + "/" + key;
+Status LedgerDirectoryStore::Prepare(const ContainerGrant& grant, const ledger::LimitSet& limits) {
+  if (Status status = ValidateContainerKey(grant.key); !status.ok) return status;
+  const std::string dir = containers_dir_ + "/" + grant.key;
   if (Status status = MakeDirectories(dir); !status.ok) return status;
   ledger::LedgerStatus written = ledger::Ledger::WriteLimits(dir + "/ledger", limits);
   if (!written.ok) return Status::Error(written.message);

@@ -2,9 +2,10 @@
 // container's directory and write its limits before it answers Allocate; the directory is then
 // mounted into the container (container_grant.h).
 //
-// ContainerStore is the seam to vgpu-node: the daemon owns the directories (housekeeping,
-// removal when the container is gone) and may supply its own store; LedgerDirectoryStore is the
-// plain implementation of the layout in CONTRACT.md:
+// ContainerStore is the seam to vgpu-node: the daemon owns the directories (its record of the
+// container's identity, housekeeping, removal when the container is gone) and supplies its own
+// store; LedgerDirectoryStore is the plain implementation of the layout in CONTRACT.md, for
+// tools and tests that run the plugin without the daemon:
 //   <containers_dir>/<key>/          0755, created when missing
 //   <containers_dir>/<key>/ledger    ledger::Ledger::WriteLimits, authority kNodeDaemon
 // Thread safety: Prepare may be called from any thread; calls for different keys are
@@ -13,6 +14,7 @@
 
 #include <string>
 
+#include "k8s/container_grant.h"
 #include "k8s/status.h"
 #include "ledger/ledger.h"
 
@@ -21,16 +23,17 @@ namespace vgpu::k8s {
 class ContainerStore {
  public:
   virtual ~ContainerStore() = default;
-  // Creates the container's directory if needed and writes `limits` into its ledger (an existing
-  // ledger keeps its charges; ledger::Ledger::WriteLimits). Errors name the path.
-  // REQUIRES: key passes ValidateContainerKey.
-  virtual Status Prepare(const std::string& key, const ledger::LimitSet& limits) = 0;
+  // Creates the directory <grant.key> if needed and writes `limits` into its ledger (an existing
+  // ledger keeps its charges; ledger::Ledger::WriteLimits). The grant names the container
+  // (pod uid, container name, namespace, pod name) for the daemon's records. Errors name the path.
+  // REQUIRES: grant.key passes ValidateContainerKey.
+  virtual Status Prepare(const ContainerGrant& grant, const ledger::LimitSet& limits) = 0;
 };
 
 class LedgerDirectoryStore : public ContainerStore {
  public:
   explicit LedgerDirectoryStore(std::string containers_dir);
-  Status Prepare(const std::string& key, const ledger::LimitSet& limits) override;
+  Status Prepare(const ContainerGrant& grant, const ledger::LimitSet& limits) override;
 
  private:
   const std::string containers_dir_;

@@ -218,7 +218,9 @@ Status SchedulerAllocator::AllocateContainer(const std::vector<GpuInfo>& gpus, c
   }
   ledger::LimitSet limits;
   if (Status status = GrantLimits(grant, &limits); !status.ok) return status.Context("pod " + target.PodName());
-  if (Status status = store_->Prepare(grant.key, limits); !status.ok) {
+  grant.pod_namespace = target.pod_namespace;
+  grant.pod_name = target.pod_name;
+  if (Status status = store_->Prepare(grant, limits); !status.ok) {
     return status.Context("cannot prepare the ledger of " + target.PodName() + "/" + container_name);
   }
   BuildContainerResponse(grant, options_.paths, response);

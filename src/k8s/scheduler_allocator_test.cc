@@ -16,12 +16,15 @@ const char kLockTime[] = "2026-11-21T09:30:05Z";
 // Records what the allocator asks the daemon to write.
 class RecordingStore : public ContainerStore {
  public:
-  Status Prepare(const std::string& key, const ledger::LimitSet& limits) override {
+  Status Prepare(const ContainerGrant& grant, const ledger::LimitSet& limits) override {
+    const std::string& key = grant.key;
     if (fail) return Status::Error("disk full (injected)");
     prepared[key] = limits;
+    grants[key] = grant;
     return Status::Ok();
   }
   std::map<std::string, ledger::LimitSet> prepared;
+  std::map<std::string, ContainerGrant> grants;
   bool fail = false;
 };
 
@@ -127,6 +130,8 @@ TEST_F(SchedulerAllocatorTest, HamiServesThePodNamedByTheLockAndFinishesTheBind)
   ASSERT_EQ(limits.devices.size(), 1u);
   EXPECT_EQ(limits.devices[0].memory_limit, 1000 * kMiB);
   EXPECT_EQ(limits.devices[0].sm_limit, 30);
+  EXPECT_EQ(store_.grants["uid-1_main"].pod_namespace, "team");
+  EXPECT_EQ(store_.grants["uid-1_main"].pod_name, "train");
 }
 
 TEST_F(SchedulerAllocatorTest, HamiEntriesFollowInitContainersThenContainers) {

@@ -109,7 +109,9 @@ Status StandaloneAllocator::AllocateContainer(StandaloneKind kind, const std::ve
   }
 
   ContainerGrant grant;
-  grant.key = half.key;
+  grant.pod_uid = half.key;
+  grant.container_name = kStandaloneContainerName;
+  grant.key = ContainerKey(grant.pod_uid, grant.container_name);
   GrantedGpu granted{gpu->uuid, 0, 0};
   for (const Half* part : {&half, partner ? &*partner : nullptr}) {
     if (part == nullptr) continue;
@@ -119,7 +121,7 @@ Status StandaloneAllocator::AllocateContainer(StandaloneKind kind, const std::ve
   grant.gpus.push_back(granted);
   ledger::LimitSet limits;
   if (Status status = GrantLimits(grant, &limits); !status.ok) return status;
-  if (Status status = store_->Prepare(grant.key, limits); !status.ok) {
+  if (Status status = store_->Prepare(grant, limits); !status.ok) {
     return status.Context("cannot prepare the ledger " + grant.key);
   }
   BuildContainerResponse(grant, options_.paths, response);

@@ -10,7 +10,7 @@
 // in either order, in separate Allocate calls that carry no pod or container identity. The
 // allocator therefore joins a memory allocation and a compute allocation that follow each other
 // directly (no other Allocate in between) within `pairing_window`:
-//   - the first call creates the container's directory "standalone-<id>", writes the ledger with
+//   - the first call creates the container's directory "standalone-<id>_vgpu", writes the ledger with
 //     its half of the limits, and answers with the full grant (mounts and variables);
 //   - while it is open, GetPreferredAllocation of the other resource prefers the same GPU;
 //   - the second call, if on the same GPU, rewrites that ledger with both halves and answers with
@@ -40,6 +40,9 @@
 namespace vgpu::k8s {
 
 inline constexpr uint64_t kStandaloneMemoryUnit = 1024ull * 1024 * 1024;  // 1 GiB
+// The kubelet tells the plugin nothing about the pod: a standalone vGPU is named
+// pod uid "standalone-<16 hex digits>", container "vgpu" (directory "standalone-<id>_vgpu").
+inline constexpr char kStandaloneContainerName[] = "vgpu";
 
 enum class StandaloneKind { kMemory, kCompute };
 
@@ -48,7 +51,7 @@ struct StandaloneOptions {
   std::chrono::milliseconds pairing_window{1000};
   // Clock and directory-name source; tests replace them.
   std::function<std::chrono::steady_clock::time_point()> now = [] { return std::chrono::steady_clock::now(); };
-  std::function<std::string()> new_key;  // default: "standalone-" + 16 random hex digits
+  std::function<std::string()> new_key;  // the made-up pod uid; default "standalone-" + 16 random hex digits
 };
 
 // Units of `kind` a GPU advertises: whole GiB of memory, or 100.

@@ -13,7 +13,8 @@ constexpr uint64_t kGiB = 1024ull * 1024 * 1024;
 
 class RecordingStore : public ContainerStore {
  public:
-  Status Prepare(const std::string& key, const ledger::LimitSet& limits) override {
+  Status Prepare(const ContainerGrant& grant, const ledger::LimitSet& limits) override {
+    const std::string& key = grant.key;
     prepared[key] = limits;
     ++calls;
     return Status::Ok();
@@ -83,7 +84,7 @@ TEST_F(StandaloneAllocatorTest, AlnairPodGetsTwoGiBAndFiftyPercentInEitherOrder)
     EXPECT_EQ(env["CUDA_DEVICE_SM_LIMIT_0"], "50");
     EXPECT_EQ(first["CUDA_DEVICE_MEMORY_SHARED_CACHE"], second["CUDA_DEVICE_MEMORY_SHARED_CACHE"]);
     // One ledger, rewritten with both halves.
-    const std::string key = "standalone-" + std::to_string(keys_);
+    const std::string key = "standalone-" + std::to_string(keys_) + "_vgpu";
     ASSERT_EQ(store_.prepared.count(key), 1u);
     const ledger::LimitSet& limits = store_.prepared[key];
     ASSERT_EQ(limits.devices.size(), 1u);
