@@ -66,6 +66,11 @@ std::string FakeKubeApi::Put(const std::string& path, Json object) {
   return version;
 }
 
+void FakeKubeApi::Remove(const std::string& path) {
+  std::lock_guard<std::mutex> lock(mu_);
+  objects_.erase(path);
+}
+
 std::optional<Json> FakeKubeApi::Object(const std::string& path) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = objects_.find(path);

@@ -28,6 +28,7 @@ class FakeKubeApi : public KubeApi {
  public:
   // Stores (creates or replaces) an object; returns its new resourceVersion.
   std::string Put(const std::string& path, Json object);
+  void Remove(const std::string& path);
   std::optional<Json> Object(const std::string& path) const;
   std::string Annotation(const std::string& path, const std::string& key) const;  // "" when absent
   bool HasAnnotation(const std::string& path, const std::string& key) const;

@@ -41,11 +41,17 @@ std::string NodeWatchPath(const std::string& node, const std::string& resource_v
 }
 
 Status GuardedUpdate(KubeApi& api, const std::string& path, const MakePatch& make_patch, int attempts,
-                     Json* updated) {
+                     Json* updated, const Json* known) {
   std::string last_conflict;
   for (int attempt = 0; attempt < attempts; ++attempt) {
-    ApiResponse current = api.Get(path);
-    if (!current.ok()) return Status::Error("GET " + path + ": " + current.Describe());
+    ApiResponse current;
+    if (attempt == 0 && known != nullptr && known->is_object()) {
+      current.http_status = 200;
+      current.body = *known;
+    } else {
+      current = api.Get(path);
+      if (!current.ok()) return Status::Error("GET " + path + ": " + current.Describe());
+    }
     const std::string version = JsonString(current.body, {"metadata", "resourceVersion"});
     if (version.empty()) return Status::Error("GET " + path + ": the object has no metadata.resourceVersion");
     std::string refusal;

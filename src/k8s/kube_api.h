@@ -61,9 +61,11 @@ std::string UrlEncode(const std::string& text);
 // most `attempts` times. make_patch returns nullopt when nothing needs to change (then no PATCH
 // is sent) and sets *error to refuse (then the update fails with that message).
 // *updated (optional) receives the object after the patch (or as read, when nothing changed).
+// `known` (optional) is a copy of the object the caller read a moment ago: the first attempt
+// uses it instead of a GET (a stale copy only costs one 409 and a re-read).
 using MakePatch = std::function<std::optional<Json>(const Json& object, std::string* error)>;
 Status GuardedUpdate(KubeApi& api, const std::string& path, const MakePatch& make_patch, int attempts,
-                     Json* updated = nullptr);
+                     Json* updated = nullptr, const Json* known = nullptr);
 
 // {"metadata":{"annotations":{key: value or null}}} for each entry (nullopt = remove).
 Json AnnotationPatch(const std::map<std::string, std::optional<std::string>>& annotations);

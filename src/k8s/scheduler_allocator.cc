@@ -14,6 +14,7 @@ struct SchedulerAllocator::Target {
   std::string pod_name;
   std::string pod_path;            // "" until the pod is known
   Json pod;                        // as last read or patched
+  Json node;                       // as read at the start
 
   std::string PodName() const { return pod_namespace + "/" + pod_name; }
 };
@@ -64,6 +65,7 @@ Status SchedulerAllocator::FindTarget(Target* target) {
   const std::string& node = options_.node_name;
   ApiResponse node_object = api_->Get(NodePath(node));
   if (!node_object.ok()) return Status::Error("cannot read node " + node + ": " + node_object.Describe());
+  target->node = node_object.body;
   const std::map<std::string, std::string> node_annotations = Annotations(node_object.body);
   if (const std::string* lock = FindAnnotation(node_annotations, protocol.lock_annotation)) target->lock_value = *lock;
 
@@ -96,6 +98,7 @@ Status SchedulerAllocator::FindTarget(Target* target) {
         if (candidates.size() == 1) {
           target->pod_namespace = JsonString(pod, {"metadata", "namespace"});
           target->pod_name = JsonString(pod, {"metadata", "name"});
+          target->pod = pod;
         }
       }
     }
@@ -113,8 +116,14 @@ Status SchedulerAllocator::FindTarget(Target* target) {
   }
 
   const std::string path = PodPath(target->pod_namespace, target->pod_name);
-  ApiResponse pod = api_->Get(path);
-  if (!pod.ok()) return Status::Error("cannot read pod " + target->PodName() + ": " + pod.Describe());
+  ApiResponse pod;
+  if (target->pod.is_object()) {  // Volcano: as listed a moment ago
+    pod.http_status = 200;
+    pod.body = std::move(target->pod);
+  } else {
+    pod = api_->Get(path);
+    if (!pod.ok()) return Status::Error("cannot read pod " + target->PodName() + ": " + pod.Describe());
+  }
   const std::map<std::string, std::string> annotations = Annotations(pod.body);
   const std::string* assigned = FindAnnotation(annotations, protocol.assigned_node);
   if (assigned == nullptr || *assigned != node) {
@@ -201,7 +210,8 @@ Status SchedulerAllocator::AllocateContainer(const std::vector<GpuInfo>& gpus, c
     entries[index] = std::move(rest);
     return AnnotationPatch({{protocol.devices_to_allocate, EncodePodDevices(entries, protocol.separator)}});
   };
-  if (Status status = GuardedUpdate(*api_, target.pod_path, pop, options_.update_attempts, pod); !status.ok) {
+  const Json known = *pod;
+  if (Status status = GuardedUpdate(*api_, target.pod_path, pop, options_.update_attempts, pod, &known); !status.ok) {
     return status;
   }
 
@@ -231,7 +241,7 @@ Status SchedulerAllocator::SetBindPhase(const Target& target, const char* phase)
   const char* key = options_.protocol->bind_phase;
   return GuardedUpdate(*api_, target.pod_path, [&](const Json&, std::string*) -> std::optional<Json> {
     return AnnotationPatch({{key, std::string(phase)}});
-  }, options_.update_attempts);
+  }, options_.update_attempts, nullptr, &target.pod);
 }
 
 Status SchedulerAllocator::ReleaseLock(const Target& target) {
@@ -242,7 +252,7 @@ Status SchedulerAllocator::ReleaseLock(const Target& target) {
     const std::string* now = FindAnnotation(annotations, key);
     if (now == nullptr || *now != target.lock_value) return std::nullopt;  // gone, or taken for another pod
     return AnnotationPatch({{key, std::nullopt}});
-  }, options_.update_attempts);
+  }, options_.update_attempts, nullptr, &target.node);
 }
 
 Status SchedulerAllocator::Fail(const Target& target, bool mark_pod_failed, Status failure) {

@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -366,14 +367,19 @@ TEST_F(K8sIntegrationTest, ApiOutageFailsAllocateWithAReasonAndTheNextOneWorks) 
   AddPod("later", std::string(kGpu0) + ",NVIDIA,1000,10:;", kHamiProtocol);
   StartNode("hami", {}, {"nvidia.com/gpu"});
   Lock("hami.io/mutex.lock", std::string(kLockTime) + ",team,later");
-  InjectFailure("GET", NodePath(kNode), 1, 503);
+  InjectFailure("GET", PodPath("team", "later"), 1, 503);
   v1beta1::AllocateResponse failed;
   grpc::Status status = kubelet_->Allocate("nvidia.com/gpu", {{std::string(kGpu0) + "-0"}}, &failed);
   ASSERT_FALSE(status.ok());
-  EXPECT_NE(status.error_message().find("cannot read node gpu-node-1: HTTP 503"), std::string::npos) << status.error_message();
+  EXPECT_NE(status.error_message().find("cannot read pod team/later: HTTP 503"), std::string::npos) << status.error_message();
+  EXPECT_NE(status.error_message().find("node lock hami.io/mutex.lock released"), std::string::npos) << status.error_message();
+  EXPECT_EQ(Annotation(NodePath(kNode), "hami.io/mutex.lock"), "<absent>");
+  // The scheduler retries: lock again, and this time the API answers.
+  Lock("hami.io/mutex.lock", std::string(kLockTime) + ",team,later");
   v1beta1::AllocateResponse ok;
   status = kubelet_->Allocate("nvidia.com/gpu", {{std::string(kGpu0) + "-0"}}, &ok);
   EXPECT_TRUE(status.ok()) << status.error_message();
+  EXPECT_FALSE(node_->Exited());
 }
 
 TEST_F(K8sIntegrationTest, RotatedServiceAccountTokenIsReread) {
@@ -474,6 +480,89 @@ TEST_F(K8sIntegrationTest, VolcanoMemoryUnitsTooSmallForOneListAndWatchMessageAr
   EXPECT_NE(node_->Log().find("above gRPC's 4 MiB limit"), std::string::npos) << node_->Log();
   EXPECT_NE(node_->Log().find("volcano_memory_factor"), std::string::npos) << node_->Log();
   node_.reset();
+}
+
+TEST_F(K8sIntegrationTest, KubeClientGuardsPatchesWithResourceVersion) {
+  StartApiServer();
+  const std::string path = PodPath("team", "guarded");
+  Put(path, {{"metadata", {{"namespace", "team"}, {"name", "guarded"}, {"annotations", {{"a", "1"}}}}}});
+  const std::string version = JsonString(Get(path), {"metadata", "resourceVersion"});
+  // A write in between makes the version stale: the guarded patch is refused with 409.
+  ASSERT_TRUE(api_->MergePatch(path, AnnotationPatch({{"b", "2"}})).ok());
+  Json stale = AnnotationPatch({{"a", "3"}});
+  stale["metadata"]["resourceVersion"] = version;
+  ApiResponse refused = api_->MergePatch(path, stale);
+  EXPECT_EQ(refused.http_status, 409);
+  EXPECT_TRUE(refused.conflict());
+  EXPECT_NE(refused.error.find("modified"), std::string::npos) << refused.error;
+  EXPECT_EQ(Annotation(path, "a"), "1");
+  // GuardedUpdate re-reads and succeeds; null removes a key (RFC 7386).
+  int attempts = 0;
+  Status status = GuardedUpdate(*api_, path, [&](const Json& pod, std::string*) -> std::optional<Json> {
+    ++attempts;
+    if (attempts == 1) {
+      EXPECT_TRUE(api_->MergePatch(path, AnnotationPatch({{"c", "4"}})).ok());  // race once
+    }
+    return AnnotationPatch({{"a", "5"}, {"b", std::nullopt}});
+  }, 5);
+  ASSERT_TRUE(status.ok) << status.message;
+  EXPECT_EQ(attempts, 2);
+  EXPECT_EQ(Annotation(path, "a"), "5");
+  EXPECT_EQ(Annotation(path, "b"), "<absent>");
+  EXPECT_EQ(Annotation(path, "c"), "4");
+  // Field-selected list.
+  Put(PodPath("team", "elsewhere"), {{"metadata", {{"namespace", "team"}, {"name", "elsewhere"}}}, {"spec", {{"nodeName", "other"}}}});
+  Put(PodPath("team", "here"), {{"metadata", {{"namespace", "team"}, {"name", "here"}}}, {"spec", {{"nodeName", kNode}}}});
+  Json list = Get(PodsOnNodePath(kNode));
+  ASSERT_EQ(list["items"].size(), 1u);
+  EXPECT_EQ(list["items"][0]["metadata"]["name"], "here");
+}
+
+TEST_F(K8sIntegrationTest, KubeClientWatchesANode) {
+  StartApiServer();
+  const std::string version = JsonString(Get(NodePath(kNode)), {"metadata", "resourceVersion"});
+  std::atomic<bool> stop{false};
+  std::vector<std::string> seen;
+  std::thread writer([&] {
+    std::this_thread::sleep_for(200ms);
+    api_->MergePatch(NodePath(kNode), AnnotationPatch({{"step", "1"}}));
+    api_->MergePatch(NodePath(kNode), AnnotationPatch({{"step", "2"}}));
+  });
+  ApiResponse end = api_->Watch(NodeWatchPath(kNode, version, 10), [&](const Json& event) {
+    seen.push_back(JsonString(event, {"type"}) + ":" + JsonString(event, {"object", "metadata", "annotations", "step"}));
+    return seen.size() < 2;
+  }, &stop);
+  writer.join();
+  EXPECT_TRUE(end.ok()) << end.Describe();
+  EXPECT_EQ(seen, (std::vector<std::string>{"MODIFIED:1", "MODIFIED:2"}));
+}
+
+TEST_F(K8sIntegrationTest, KubeClientRefusesAnUnknownCertificateAndAMissingToken) {
+  StartApiServer();
+  // A CA that did not sign the server: TLS verification fails, no answer.
+  const std::string other = dir_ + "/other-ca.crt";
+  ASSERT_EQ(system(("openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout " + dir_ +
+                    "/other.key -out " + other + " -days 1 -subj /CN=other >/dev/null 2>&1").c_str()), 0);
+  KubeClientOptions options;
+  options.server = server_;
+  options.ca_file = other;
+  options.token_file = dir_ + "/api/token";
+  Status status;
+  auto untrusting = HttpKubeApi::Create(options, &status);
+  ASSERT_TRUE(untrusting) << status.message;
+  ApiResponse refused = untrusting->Get(NodePath(kNode));
+  EXPECT_EQ(refused.http_status, 0);
+  EXPECT_NE(refused.error.find("certificate"), std::string::npos) << refused.error;
+  // The right CA but no token: 401 from the server.
+  options.ca_file = dir_ + "/api/ca.crt";
+  options.token_file = "";
+  auto anonymous = HttpKubeApi::Create(options, &status);
+  ASSERT_TRUE(anonymous);
+  EXPECT_EQ(anonymous->Get(NodePath(kNode)).http_status, 401);
+  // Not https at all.
+  options.server = "http://127.0.0.1:1";
+  EXPECT_FALSE(HttpKubeApi::Create(options, &status));
+  EXPECT_NE(status.message.find("https://"), std::string::npos);
 }
 
 // The Alnair seed's pod spec, unchanged: alnair/vgpu-memory: 2, alnair/vgpu-compute: 50.

@@ -16,6 +16,7 @@ The token accepted is the content of <dir>/token, re-read on every request (test
 
 Test control (same authentication), all with PATCH so the plugin's own client can send them:
   PATCH /_test/objects/<object path>   body = the whole object: create or replace it
+  PATCH /_test/delete/<object path>    delete it (body ignored)
   PATCH /_test/fail                    {"method": "GET"|"PATCH"|"WATCH"|"", "prefix": "/api/...",
                                         "count": n, "status": 503}  the next n matching calls fail
   GET   /_test/log                     {"requests": ["GET /api/v1/...", ...]}
@@ -80,6 +81,7 @@ def status_body(code, message, reason):
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "vgpu-test-apiserver"
+    disable_nagle_algorithm = True  # headers and body go out in separate writes
 
     def log_message(self, fmt, *args):  # quiet
         pass
@@ -230,6 +232,11 @@ class Handler(BaseHTTPRequestHandler):
             with store.lock:
                 store.failures.append({"method": body.get("method", ""), "prefix": body.get("prefix", "/"),
                                        "count": int(body.get("count", 1)), "status": int(body.get("status", 503))})
+            self.send_json(200, {})
+            return
+        if url.path.startswith("/_test/delete/"):
+            with store.lock:
+                store.objects.pop(url.path[len("/_test/delete"):], None)
             self.send_json(200, {})
             return
         if url.path.startswith("/_test/objects/"):

@@ -58,6 +58,10 @@ void TestKubelet::StopWatchers() {
 
 void TestKubelet::Stop() {
   StopWatchers();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stubs_.clear();  // a restarted kubelet connects anew
+  }
   if (server_) {
     server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
     server_->Wait();
@@ -91,14 +95,16 @@ int TestKubelet::registrations(const std::string& resource) {
   return static_cast<int>(registered_[resource].size());
 }
 
-std::unique_ptr<v1beta1::DevicePlugin::Stub> TestKubelet::Plugin(const std::string& resource) {
-  std::string endpoint;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (registered_[resource].empty()) return nullptr;
-    endpoint = registered_[resource].back().endpoint();
+std::shared_ptr<v1beta1::DevicePlugin::Stub> TestKubelet::Plugin(const std::string& resource) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (registered_[resource].empty()) return nullptr;
+  const std::string endpoint = registered_[resource].back().endpoint();
+  std::shared_ptr<v1beta1::DevicePlugin::Stub>& stub = stubs_[endpoint];
+  if (!stub) {
+    stub = v1beta1::DevicePlugin::NewStub(
+        grpc::CreateChannel("unix://" + dir_ + "/" + endpoint, grpc::InsecureChannelCredentials()));
   }
-  return v1beta1::DevicePlugin::NewStub(grpc::CreateChannel("unix://" + dir_ + "/" + endpoint, grpc::InsecureChannelCredentials()));
+  return stub;
 }
 
 v1beta1::ListAndWatchResponse TestKubelet::WatchDevices(
@@ -112,6 +118,7 @@ v1beta1::ListAndWatchResponse TestKubelet::WatchDevices(
     lock.unlock();
     std::shared_ptr<v1beta1::DevicePlugin::Stub> stub = Plugin(resource);
     lock.lock();
+    if (watchers_.count(resource) != 0) return watchers_[resource]->latest;  // raced with another caller
     watcher->thread = std::thread([this, raw, stub] {
       if (!stub) return;
       v1beta1::Empty empty;

@@ -40,8 +40,9 @@ class TestKubelet {
                                                               std::chrono::milliseconds timeout);
   int registrations(const std::string& resource);
 
-  // A stub for the plugin that registered `resource` (its latest endpoint).
-  std::unique_ptr<v1beta1::DevicePlugin::Stub> Plugin(const std::string& resource);
+  // A stub for the plugin that registered `resource` (its latest endpoint). Like the kubelet,
+  // one connection per endpoint is kept and reused.
+  std::shared_ptr<v1beta1::DevicePlugin::Stub> Plugin(const std::string& resource);
 
   // ListAndWatch: starts a watcher thread for `resource` (idempotent) and waits until the
   // latest list satisfies `ready` (or timeout). Returns the latest list seen.
@@ -69,6 +70,7 @@ class TestKubelet {
   std::condition_variable changed_;
   std::map<std::string, std::vector<v1beta1::RegisterRequest>> registered_;  // guarded by mu_
   std::map<std::string, std::unique_ptr<Watcher>> watchers_;                  // guarded by mu_
+  std::map<std::string, std::shared_ptr<v1beta1::DevicePlugin::Stub>> stubs_;  // by endpoint; guarded by mu_
 };
 
 }  // namespace vgpu::k8s::testing
