@@ -88,8 +88,13 @@ size_t OnData(char* data, size_t size, size_t count, void* user) {
     start = end + 1;
     if (Trim(line).empty()) continue;
     Json event = ParseJson(line);
-    if (event.is_discarded() || !(*transfer->on_event)(event) ||
-        (transfer->stop != nullptr && transfer->stop->load())) {
+    bool more = false;
+    try {  // never let an exception unwind through libcurl
+      more = !event.is_discarded() && (*transfer->on_event)(event);
+    } catch (const std::exception&) {
+      more = false;
+    }
+    if (!more || (transfer->stop != nullptr && transfer->stop->load())) {
       transfer->stopped_by_caller = true;
       return 0;
     }

@@ -13,8 +13,22 @@ NodeReporter::~NodeReporter() { Stop(); }
 
 void NodeReporter::Start() {
   stop_ = false;
-  report_thread_ = std::thread([this] { ReportLoop(); });
-  watch_thread_ = std::thread([this] { WatchLoop(); });
+  // Nothing here is expected to throw; if it does, log it and keep the daemon alive.
+  auto guarded = [this](void (NodeReporter::*loop)(), const char* name) {
+    return [this, loop, name] {
+      while (!stop_) {
+        try {
+          (this->*loop)();
+          return;
+        } catch (const std::exception& e) {
+          VGPU_ERROR("node reporter (%s): unexpected exception: %s; restarting it", name, e.what());
+          std::this_thread::sleep_for(options_.retry);
+        }
+      }
+    };
+  };
+  report_thread_ = std::thread(guarded(&NodeReporter::ReportLoop, "report"));
+  watch_thread_ = std::thread(guarded(&NodeReporter::WatchLoop, "watch"));
 }
 
 void NodeReporter::Stop() {

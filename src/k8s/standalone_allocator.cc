@@ -73,6 +73,10 @@ Status StandaloneAllocator::AllocateContainer(StandaloneKind kind, const std::ve
                                               const v1beta1::ContainerAllocateRequest& request,
                                               v1beta1::ContainerAllocateResponse* response) {
   const char* what = KindName(kind);
+  // Only a call that directly follows may join the open half: take it out now, so that a failed
+  // call also ends it.
+  std::optional<Half> open = std::move(open_);
+  open_.reset();
   if (request.devices_ids_size() == 0) return Status::Error(std::string("no ") + what + " units requested");
   const GpuInfo* gpu = nullptr;
   for (const std::string& id : request.devices_ids()) {
@@ -93,17 +97,14 @@ Status StandaloneAllocator::AllocateContainer(StandaloneKind kind, const std::ve
 
   Half half{kind, gpu->uuid, units, "", options_.now()};
   std::optional<Half> partner;
-  if (Joinable(kind)) {
-    if (open_->uuid != gpu->uuid) {
-      const std::string message = std::string("this container's ") + what + " units are on GPU " + gpu->uuid +
-                                  " but its " + KindName(open_->kind) + " units are on GPU " + open_->uuid +
-                                  "; memory and compute of one vGPU must be on one GPU";
-      open_.reset();
-      return Status::Error(message);
+  if (open && open->kind != kind && half.at - open->at <= options_.pairing_window) {
+    if (open->uuid != gpu->uuid) {
+      return Status::Error(std::string("this container's ") + what + " units are on GPU " + gpu->uuid + " but its " +
+                           KindName(open->kind) + " units are on GPU " + open->uuid +
+                           "; memory and compute of one vGPU must be on one GPU");
     }
-    partner = open_;
-    half.key = open_->key;
-    open_.reset();
+    partner = open;
+    half.key = open->key;
   } else {
     half.key = options_.new_key();
   }

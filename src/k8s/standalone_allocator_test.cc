@@ -123,6 +123,19 @@ TEST_F(StandaloneAllocatorTest, HalvesOnDifferentGpusFail) {
   EXPECT_TRUE(env.empty());
 }
 
+TEST_F(StandaloneAllocatorTest, AFailedCallEndsTheOpenAllocation) {
+  Allocate(StandaloneKind::kMemory, Units(gpus_[0], 0, 2));
+  gpus_[1].healthy = false;
+  Status status;
+  Allocate(StandaloneKind::kCompute, Units(gpus_[1], 0, 50), &status);  // this container fails
+  EXPECT_FALSE(status.ok);
+  gpus_[1].healthy = true;
+  auto next = Allocate(StandaloneKind::kCompute, Units(gpus_[0], 0, 30), &status);  // the next container
+  ASSERT_TRUE(status.ok) << status.message;
+  EXPECT_EQ(next.count("CUDA_DEVICE_MEMORY_LIMIT_0"), 0u) << "must not join the first container's memory";
+  EXPECT_EQ(keys_, 2);
+}
+
 TEST_F(StandaloneAllocatorTest, UnitsSpanningGpusFail) {
   v1beta1::AllocateRequest request = Units(gpus_[0], 0, 1);
   request.mutable_container_requests(0)->add_devices_ids(UnitId(UnitIdStyle::kUuidUnderscore, gpus_[1], 0));
