@@ -469,6 +469,7 @@ std::optional<Source<CorePolicy>> ReadScalars(DialectReader& reader, Config* con
   if (policy) config->core_policy = policy->value;
   if (auto priority = reader.ReadOne("CUDA_TASK_PRIORITY", ParsePriority)) {
     config->task_priority = priority->value;
+    config->task_priority_set = true;
   }
   std::vector<Source<bool>> oversubscribe;
   reader.Read("CUDA_OVERSUBSCRIBE", ParseBoolValue, &oversubscribe);
@@ -478,6 +479,9 @@ std::optional<Source<CorePolicy>> ReadScalars(DialectReader& reader, Config* con
   }
   if (auto path = reader.ReadOne("CUDA_DEVICE_MEMORY_SHARED_CACHE", ParseLedgerPath)) {
     config->shared_cache_path = std::move(path->value);
+  }
+  if (auto path = reader.ReadOne("VGPU_BOARD", ParseLedgerPath)) {
+    config->board_path = std::move(path->value);
   }
   if (auto uuids = reader.ReadOne("GPU_DEVICES_UUID", ParseUuidList)) {
     config->device_uuids = std::move(uuids->value);
@@ -675,6 +679,7 @@ std::string Config::Describe() const {
              std::to_string(task_priority) + (task_priority == 0 ? " (highest)" : ""));
   if (oversubscribe) AppendLine(&out, "oversubscribe", "yes");
   if (!shared_cache_path.empty()) AppendLine(&out, "ledger", shared_cache_path);
+  if (!board_path.empty()) AppendLine(&out, "board", board_path);
   for (size_t i = 0; i < device_uuids.size(); ++i) {
     AppendLine(&out, "device " + std::to_string(i) + " uuid", device_uuids[i]);
   }

@@ -12,6 +12,7 @@
 //   task priority         CUDA_TASK_PRIORITY (0 = high)
 //   oversubscribe         CUDA_OVERSUBSCRIBE                            CUDA_MEMORY_OVERSUBSCRIBE
 //   ledger path           CUDA_DEVICE_MEMORY_SHARED_CACHE
+//   node-wide board path  VGPU_BOARD (priorities; docs/compute.md)
 //   device UUIDs          -                                             GPU_DEVICES_UUID (comma-separated)
 //   log level             LIBCUDA_LOG_LEVEL (0..5)                      LOGGER_LEVEL (0..5, vcuda scale)
 //   pass-through          CUDA_DISABLE_CONTROL
@@ -90,8 +91,10 @@ struct Config {
 
   CorePolicy core_policy = CorePolicy::kDefault;
   int task_priority = 1;  // CUDA_TASK_PRIORITY: 0 = high, larger = lower (HAMi-core default 1)
+  bool task_priority_set = false;  // CUDA_TASK_PRIORITY was given: take part in priorities
   bool oversubscribe = false;
   std::string shared_cache_path;          // absolute; empty = default chosen by the ledger
+  std::string board_path;                 // VGPU_BOARD, absolute; empty = ledger::kDefaultBoardPath
   std::vector<std::string> device_uuids;  // GPU_DEVICES_UUID, in CUDA ordinal order, validated
   LogLevel log_level = LogLevel::kError;  // default: errors only
 

@@ -197,7 +197,9 @@ TEST(AccuracyTest, RandomWorkloadsNeverExceedTheirLimit) {
     int target = 5 + static_cast<int>(rng() % 90);
     double natural = RunAlone(w, 0, 500 * kMs, 1500 * kMs, /*use_limiter=*/false).share;
     double share = RunAlone(w, target, 2 * kSec, 4 * kSec).share;
-    EXPECT_LE(share, target + 3) << "case " << i;
+    EXPECT_LE(share, target + 3) << "case " << i << " kernels " << w.kernels_ns[0] << "/" << w.kernels_ns.size()
+                                 << " graph " << w.graph_kernels << " streams " << w.streams << " sync " << w.sync_every
+                                 << " think " << w.think_ns << " shuffle " << w.shuffle;
     bool small_kernels = *std::min_element(w.kernels_ns.begin(), w.kernels_ns.end()) < 20 * kUs;
     if (!small_kernels) {
       EXPECT_GE(share, std::min<double>(target, natural) - 3) << "case " << i;

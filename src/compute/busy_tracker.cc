@@ -79,7 +79,7 @@ bool BusyTracker::AcquireEventLocked(EventId* event) {
 void BusyTracker::ReleaseEventLocked(EventId event) { free_events_.push_back(event); }
 
 // Records a begin (before a launch, idle stream) or a mark closing the tail (after launches).
-bool BusyTracker::RecordLocked(StreamState& st, bool begin, int64_t now) {
+bool BusyTracker::RecordLocked(StreamState& st, bool begin, bool deep, int64_t now) {
   if (static_cast<int>(st.pending.size()) >= options_.max_pending_per_stream) return false;
   EventId event;
   if (!AcquireEventLocked(&event)) return false;
@@ -89,7 +89,7 @@ bool BusyTracker::RecordLocked(StreamState& st, bool begin, int64_t now) {
     return false;
   }
   st.pending.push_back(PendingMark{event, begin ? 0 : st.tail_launches, begin,
-                                   !begin && st.gap_unmarked, begin ? 0 : st.tail_estimate_ns,
+                                   !begin && st.gap_unmarked, deep, begin ? 0 : st.tail_estimate_ns,
                                    now, union_.horizon()});
   st.gap_unmarked = false;
   ++stats_.marks;
@@ -110,14 +110,17 @@ bool BusyTracker::RecordLocked(StreamState& st, bool begin, int64_t now) {
 // A begin says nothing about depth (it was recorded right before the tail, on an idle stream).
 void BusyTracker::MarkTailLocked(StreamState& st, int64_t now) {
   if (st.tail_launches == 0) return;
+  bool previous_pending = false;
   if (st.has_last_event && !st.last_event_is_begin) {
     ++stats_.queries;
-    bool previous_pending = ops_->Query(st.last_event) == EventState::kNotReady;
-    st.mark_interval = previous_pending
-                           ? std::min(st.mark_interval * 2, options_.max_mark_interval)
-                           : std::max(st.mark_interval / 2, 1);
+    previous_pending = ops_->Query(st.last_event) == EventState::kNotReady;
+    if (previous_pending) {
+      st.mark_interval = std::min(st.mark_interval * 2, options_.max_mark_interval);
+    } else if (!UniformCostLocked(st)) {
+      st.mark_interval = std::max(st.mark_interval / 2, 1);
+    }
   }
-  RecordLocked(st, /*begin=*/false, now);
+  RecordLocked(st, /*begin=*/false, previous_pending, now);
   // On failure the tail stays open and is retried at the next launch (its estimate stands in).
 }
 
@@ -139,9 +142,14 @@ bool BusyTracker::StreamIdleLocked(StreamState& st) {
 void BusyTracker::CollapseIntervalIfShallowLocked(StreamState& st) {
   int32_t tail = st.tail_launches;
   if (tail == 0 || (tail & (tail - 1)) != 0 || st.mark_interval == 1) return;
-  if (!st.has_last_event || st.last_event_is_begin) return;
+  if (!st.has_last_event || st.last_event_is_begin || UniformCostLocked(st)) return;
   ++stats_.queries;
   if (ops_->Query(st.last_event) != EventState::kNotReady) st.mark_interval = 1;
+}
+
+bool BusyTracker::UniformCostLocked(const StreamState& st) const {
+  return st.deep_samples >= options_.uniform_min_samples &&
+         st.deep_max_ns <= options_.uniform_cost_ratio * st.deep_cost_ns;
 }
 
 // --- Launch path ---------------------------------------------------------------------------
@@ -175,8 +183,10 @@ int64_t BusyTracker::BeforeLaunch(StreamKey stream, int64_t now, LaunchTicket* t
   }
   CollapseIntervalIfShallowLocked(st);
   if (StreamIdleLocked(st)) {
-    st.mark_interval = 1;  // the queue starts empty: mark densely until it is seen deep again
-    if (!RecordLocked(st, /*begin=*/true, now)) {
+    // The queue starts empty: mark densely until it is seen deep again (a uniform stream's
+    // intervals are capped instead, and its marks stay sparse).
+    if (!UniformCostLocked(st)) st.mark_interval = 1;
+    if (!RecordLocked(st, /*begin=*/true, /*deep=*/false, now)) {
       st.gap_unmarked = true;  // the next interval would include the idle gap: do not measure it
     }
   }
@@ -312,6 +322,16 @@ void BusyTracker::LearnLocked(StreamState& st, const PendingMark& mark, int64_t 
                              : per_launch;
   has_default_estimate_ = true;
   st.max_cost_ns = std::max(per_launch, st.max_cost_ns * options_.max_cost_decay);
+  if (mark.deep && mark.launches <= options_.uniform_max_launches) {
+    // Few launches per interval: their costs show how much single launches differ (an interval
+    // of many launches averages that away).
+    st.deep_cost_ns = st.deep_samples > 0 ? st.deep_cost_ns + g * (per_launch - st.deep_cost_ns) : per_launch;
+    st.deep_max_ns = std::max(per_launch, st.deep_max_ns * options_.max_cost_decay);
+    st.deep_samples = std::min(st.deep_samples + 1, 1 << 30);
+  } else if (mark.deep && per_launch > options_.uniform_cost_ratio * st.deep_max_ns) {
+    st.deep_samples = 0;  // the launches got more expensive: not uniform until re-learned
+    st.deep_max_ns = 0;
+  }
   bool undershoot = busy_ns > 2 * mark.estimate_ns && busy_ns - mark.estimate_ns > 1'000'000;
   st.window = undershoot ? std::max(st.window / 2, options_.probe_launches)
                          : std::min(st.window + mark.launches, options_.max_inflight_launches);
@@ -331,6 +351,12 @@ PollResult BusyTracker::ProcessMarkLocked(StreamState& st, const PendingMark& ma
     if (timed && st.chain_open && !mark.unmeasurable) {
       int64_t begin = st.chain_time_ns;
       if (st.chain_from_begin) begin += std::min(options_.begin_skew_ns, (time - begin) / 2);
+      if (!mark.deep && UniformCostLocked(st)) {
+        // A gap may hide in this interval: at most `launches` uniform launches ran in it (with
+        // the ratio as slack: the decaying maximum may sit below a launch seen a while ago).
+        const int64_t cap = std::llround(mark.launches * st.deep_max_ns * options_.uniform_cost_ratio);
+        begin = std::max(begin, time - cap);
+      }
       result.busy_ns = union_.Add(begin, time);
       LearnLocked(st, mark, result.busy_ns);
     } else {

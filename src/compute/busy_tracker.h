@@ -23,6 +23,14 @@
 //   - Graphs and anything else enqueued between marks count as the stream being busy (a graph
 //     launch is one launch; its span is what the marks see).
 //
+// Uniform streams. Dense marks cost a cuEventRecord (~1.3 us) per launch, which makes a stream of
+//   tiny kernels (5 us) CPU-bound and hides gaps between them. A stream whose deep intervals (the
+//   previous mark still pending when the next was recorded: no gap can hide in them) show one
+//   per-launch cost (decaying maximum within uniform_cost_ratio of the average, over at least
+//   uniform_min_samples intervals of at most uniform_max_launches launches) is "uniform": its intervals that may contain a gap are capped
+//   at launches x that maximum x the ratio (the gap is cut off their start), and its marks stay sparse
+//   instead of collapsing to K = 1. Mixed streams keep the dense marking.
+//
 // Estimates. Each stream keeps an EWMA of busy time per launch. AfterLaunch returns the estimate
 // for the launch (the limiter charges it at submission, so the budget reacts before completion);
 // Poll reports, per batch of completed intervals, the measured busy time and the estimates that
@@ -85,6 +93,13 @@ struct BusyTrackerOptions {
   // H200 (driver 580), [begin, mark] around one launch on an idle stream exceeded NVML's
   // GPU-Util busy time by 0.5-1.4 us, 0.8 on average (docs/compute.md). At most half the interval.
   int64_t begin_skew_ns = 1'000;
+  // A stream is uniform (see above) when its deep intervals' decaying maximum cost per launch is
+  // within this ratio of their average, over at least this many deep intervals.
+  // Only deep intervals of at most uniform_max_launches launches are samples (single launches'
+  // costs); a deep interval of more launches costing more than the ratio allows resets the state.
+  double uniform_cost_ratio = 1.25;
+  int uniform_min_samples = 8;
+  int uniform_max_launches = 4;
 };
 
 // Returned by BeforeLaunch, passed back to AfterLaunch.
@@ -157,6 +172,8 @@ class BusyTracker {
     int32_t launches;          // launches covered (since the previous event on the stream)
     bool begin;                // recorded before a launch on an idle stream
     bool unmeasurable;         // an idle gap inside this interval could not be cut out
+    bool deep;                 // the previous mark was still pending when this one was recorded:
+                               // the queue held the whole interval, so it has no idle gap
     int64_t estimate_ns;       // estimates charged for those launches
     int64_t host_ns;           // when it was recorded (host clock)
     int64_t horizon;           // union horizon when it was recorded (pruning bound)
@@ -185,13 +202,17 @@ class BusyTracker {
     int64_t chain_time_ns = 0;
     double estimate_ns = 0;
     bool has_estimate = false;
+    // Per-launch cost learned from deep (gap-free) intervals only: EWMA and decaying maximum.
+    double deep_cost_ns = 0;
+    double deep_max_ns = 0;
+    int32_t deep_samples = 0;
   };
 
   int FindOrCreateLocked(StreamKey stream);
   int64_t InflightWaitLocked(StreamState& st, int64_t now);
   bool StreamIdleLocked(StreamState& st);
   void CollapseIntervalIfShallowLocked(StreamState& st);
-  bool RecordLocked(StreamState& st, bool begin, int64_t now);
+  bool RecordLocked(StreamState& st, bool begin, bool deep, int64_t now);
   void MarkTailLocked(StreamState& st, int64_t now);
   bool AcquireEventLocked(EventId* event);
   void ReleaseEventLocked(EventId event);
@@ -204,6 +225,7 @@ class BusyTracker {
   void PruneUnionLocked();
   void FreeSlotLocked(int slot);
   double EstimateLocked(const StreamState& st) const;
+  bool UniformCostLocked(const StreamState& st) const;
 
   GpuEventOps* const ops_;
   const BusyTrackerOptions options_;

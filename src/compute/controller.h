@@ -128,6 +128,8 @@ class Controller {
   void MaybeUpdate(int64_t now);
 
   ControllerSnapshot Snapshot(int64_t now) const;
+  // Last time any process of the container noted activity on this GPU (0 = never).
+  int64_t LastActivityNs() const { return state_->last_launch_ns.load(std::memory_order_relaxed); }
 
  private:
   struct Sample;

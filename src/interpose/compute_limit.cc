@@ -1,18 +1,24 @@
 #include "interpose/compute_limit.h"
 
 #include <pthread.h>
+#include <signal.h>
+#include <time.h>
 
+#include <memory>
 #include <mutex>
 #include <new>
+#include <vector>
 
 #include "common/log.h"
 #include "compute/controller.h"
 #include "compute/limiter.h"
 #include "compute/time_source.h"
 #include "interpose/compute_events.h"
+#include "interpose/compute_signals.h"
 #include "interpose/driver_imports.h"
 #include "interpose/memory_accounting.h"
 #include "interpose/runtime.h"
+#include "ledger/board.h"
 #include "ledger/ledger.h"
 
 namespace vgpu::compute_limit {
@@ -25,15 +31,17 @@ constexpr int64_t kTickPeriodNs = 2'000'000;  // opportunistic Tick at most this
 // fork the child abandons it). Members are constant after construction except where noted.
 struct DeviceLimiter {
   DeviceLimiter(int ledger_device, compute::ComputeShareState* state, const ComputeLimits& limits,
-                CUcontext context)
+                CUcontext context, const std::string& uuid, compute::PriorityBoard* board)
       : device(ledger_device),
+        signals(uuid),
         tracker(&ops, compute::BusyTrackerOptions{}),
-        controller(state, /*board=*/nullptr, /*signals=*/nullptr, compute::ControllerOptions{}, limits),
+        controller(state, board, &signals, compute::ControllerOptions{}, limits),
         limiter(&controller, &tracker),
         ctx(context),
         applied(limits) {}
 
   const int device;                         // ledger device index
+  NvmlLoadSignals signals;                  // sampled by the monitor thread only
   RealEventOps ops;
   compute::BusyTracker tracker;
   compute::Controller controller;
@@ -52,7 +60,12 @@ struct Registry {
   std::mutex mu;  // serialises creation
   std::atomic<DeviceLimiter*> limiters[ledger::kLedgerMaxDevices];
   std::atomic<int> state[ledger::kLedgerMaxDevices];
+  bool monitor_running = false;  // guarded by mu
 };
+
+// Constant after InitForCuInit (set before g_compute_enabled is published).
+bool g_priorities = false;            // CUDA_TASK_PRIORITY given: unlimited devices get a limiter too
+ledger::Board* g_board = nullptr;     // the node-wide board, or nullptr (priorities then inactive)
 
 alignas(Registry) unsigned char g_registry_storage[sizeof(Registry)];
 Registry* g_registry = nullptr;
@@ -72,6 +85,7 @@ void InitRegistry() {
   pthread_atfork(nullptr, nullptr, [] {
     new (&g_registry->mu) std::mutex();
     ForgetAll();
+    g_registry->monitor_running = false;  // threads do not survive fork
   });
 }
 
@@ -86,17 +100,37 @@ ComputeLimits LimitsOf(const ledger::Ledger& ledger, int device) {
   return ComputeLimits::FromPercent(ledger.SmLimit(device), ledger.SmSoftLimit(device), ledger.TaskPriority());
 }
 
+std::string UuidOfDevice(const ledger::Ledger& ledger, int device) {
+  for (const ledger::DeviceUsage& d : ledger.Read().devices) {
+    if (d.index == device) return d.uuid;
+  }
+  return {};
+}
+
+void StartMonitorLocked(Registry& r);
+
 DeviceLimiter* CreateLocked(Registry& r, int device, CUcontext ctx) {
   ledger::Ledger* ledger = memory::SharedLedger();
-  if (ledger == nullptr || !IsLimit(ledger->SmLimit(device)) || ledger->ComputeState(device) == nullptr) {
+  if (ledger == nullptr || (!IsLimit(ledger->SmLimit(device)) && !g_priorities) ||
+      ledger->ComputeState(device) == nullptr) {
     r.state[device].store(kUnlimited, std::memory_order_release);
     return nullptr;
   }
-  auto* created = new (std::nothrow) DeviceLimiter(device, ledger->ComputeState(device), LimitsOf(*ledger, device), ctx);
+  const std::string uuid = UuidOfDevice(*ledger, device);
+  compute::PriorityBoard* board = nullptr;
+  if (g_board != nullptr) {
+    std::string error;
+    board = g_board->Lookup(uuid, &error);
+    if (board == nullptr) VGPU_WARN("priorities inactive on ledger device %d: %s", device, error.c_str());
+  }
+  auto* created = new (std::nothrow)
+      DeviceLimiter(device, ledger->ComputeState(device), LimitsOf(*ledger, device), ctx, uuid, board);
   if (created == nullptr) return nullptr;
-  VGPU_INFO("compute limit %d%% on ledger device %d", ledger->SmLimit(device), device);
+  VGPU_INFO("compute limit %d%% (soft %d%%, priority %d) on ledger device %d (%s)", ledger->SmLimit(device),
+            ledger->SmSoftLimit(device), ledger->TaskPriority(), device, uuid.c_str());
   r.limiters[device].store(created, std::memory_order_release);
   r.state[device].store(kLimited, std::memory_order_release);
+  StartMonitorLocked(r);
   return created;
 }
 
@@ -167,6 +201,80 @@ bool Capturing(CUstream stream, bool ptsz) {
   return status != CU_STREAM_CAPTURE_STATUS_NONE;
 }
 
+// --- The monitor thread ----------------------------------------------------------------------
+// Started with the first limiter. Every kMonitorPeriodNs it polls completions of limiters with
+// work in flight (so a long kernel keeps the priority heartbeat alive and its busy time is
+// charged while the application waits in a synchronisation we do not see), and every
+// kSignalPeriodNs it samples NVML for the soft limit and the reference share. It never launches
+// and never blocks a launching thread (the limiter's locks are held briefly).
+
+constexpr int64_t kMonitorPeriodNs = 5'000'000;
+constexpr int64_t kMonitorIdlePeriodNs = 50'000'000;  // nothing launched for kIdleAfterNs
+constexpr int64_t kIdleAfterNs = 1'000'000'000;
+constexpr int64_t kSignalPeriodNs = 100'000'000;
+
+std::vector<int32_t> ContainerPids(const ledger::Ledger& ledger) {
+  std::vector<int32_t> pids;
+  for (const ledger::ProcessUsage& p : ledger.Read().processes) pids.push_back(p.host_pid > 0 ? p.host_pid : p.pid);
+  return pids;
+}
+
+void* MonitorMain(void*) {
+  Registry& r = R();
+  CUcontext current = nullptr;
+  int64_t next_signals = 0;
+  int64_t period = kMonitorPeriodNs;
+  for (;;) {
+    const struct timespec pause = {0, static_cast<long>(period)};
+    nanosleep(&pause, nullptr);
+    const int64_t now = compute::SystemClock()->NowNs();
+    const bool sample = now >= next_signals;
+    if (sample) next_signals = now + kSignalPeriodNs;
+    bool active = false;
+    for (int d = 0; d < ledger::kLedgerMaxDevices; ++d) {
+      DeviceLimiter* dl = r.limiters[d].load(std::memory_order_acquire);
+      if (dl == nullptr) continue;
+      if (dl->tracker.HasPendingWork()) {
+        active = true;
+        const CUcontext ctx = dl->ctx.load(std::memory_order_acquire);
+        if (ctx != current && g_cuda.cuCtxSetCurrent != nullptr && g_cuda.cuCtxSetCurrent(ctx) == CUDA_SUCCESS) {
+          current = ctx;
+        }
+        if (ctx == current) MaybeTick(dl, now);
+      } else {
+        dl->controller.MaybeUpdate(now);
+      }
+      const compute::ControllerSnapshot snap = dl->controller.Snapshot(now);
+      active = active || now - dl->limiter.controller()->LastActivityNs() < kIdleAfterNs;
+      if (sample) {
+        ledger::Ledger* ledger = memory::SharedLedger();
+        if (ledger != nullptr) dl->signals.Sample(ContainerPids(*ledger), snap.measured_ppm / 1e6, now);
+      }
+    }
+    period = active ? kMonitorPeriodNs : kMonitorIdlePeriodNs;
+  }
+  return nullptr;
+}
+
+void StartMonitorLocked(Registry& r) {
+  if (r.monitor_running) return;
+  // The thread must never take the application's signals.
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  pthread_t thread;
+  const int rc = pthread_create(&thread, nullptr, MonitorMain, nullptr);
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  if (rc != 0) {
+    VGPU_WARN("compute monitor thread not started (error %d): no soft limit, priority heartbeats only "
+              "from launches", rc);
+    return;
+  }
+  pthread_setname_np(thread, "vgpu-monitor");
+  pthread_detach(thread);
+  r.monitor_running = true;
+}
+
 }  // namespace
 
 void InitForCuInit() {
@@ -177,8 +285,23 @@ void InitForCuInit() {
   const ledger::LimitSet limits = ledger->Limits();
   bool any = IsLimit(limits.default_sm_limit);
   for (const ledger::DeviceLimit& device : limits.devices) any = any || IsLimit(device.sm_limit);
-  if (!any) return;
-  R();
+  const bool priorities = runtime.config.task_priority_set;
+  if (!any && !priorities) return;
+  Registry& r = R();
+  {
+    std::lock_guard<std::mutex> lock(r.mu);
+    if (g_board == nullptr) {
+      const std::string path = runtime.config.board_path.empty() ? ledger::kDefaultBoardPath : runtime.config.board_path;
+      ledger::LedgerStatus status;
+      std::unique_ptr<ledger::Board> board = ledger::Board::Open(path, &status);
+      if (board == nullptr) {
+        VGPU_WARN("priorities inactive (limits still apply): %s", status.message.c_str());
+      } else {
+        g_board = board.release();  // never destroyed: launching threads may use it until exit
+      }
+    }
+    g_priorities = priorities;
+  }
   g_compute_enabled.store(true, std::memory_order_release);
 }
 
@@ -235,10 +358,12 @@ __attribute__((destructor)) void LogSummaries() {
     const compute::ControllerSnapshot c = dl->controller.Snapshot(now);
     const compute::TrackerStats t = dl->tracker.stats();
     VGPU_LOG_UNLIMITED(LogLevel::kDebug,
-                       "compute device %d: target %d ppm, measured %d ppm, correction %d ppm, busy %.1f ms, "
-                       "throttled %.1f ms; %lld launches, %lld marks (%lld begins), %lld queries, %lld event errors",
-                       d, c.target_ppm, c.measured_ppm, c.correction_ppm, c.busy_total_ns / 1e6,
-                       c.throttled_total_ns / 1e6, static_cast<long long>(t.launches), static_cast<long long>(t.marks),
+                       "compute device %d: mode %u, target %d ppm, measured %d ppm, correction %d ppm, busy %.1f ms, "
+                       "throttled %.1f ms, NVML share %.3f, others busy %.3f; %lld launches, %lld marks "
+                       "(%lld begins), %lld queries, %lld event errors",
+                       d, static_cast<unsigned>(c.mode), c.target_ppm, c.measured_ppm, c.correction_ppm,
+                       c.busy_total_ns / 1e6, c.throttled_total_ns / 1e6, dl->signals.container_share(),
+                       dl->signals.OthersBusy(now), static_cast<long long>(t.launches), static_cast<long long>(t.marks),
                        static_cast<long long>(t.begins), static_cast<long long>(t.queries),
                        static_cast<long long>(t.event_errors));
   }

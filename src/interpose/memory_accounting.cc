@@ -99,8 +99,10 @@ bool InitForCuInit(std::string* error) {
   const Runtime& runtime = GetRuntime();
   const Config& config = runtime.config;
   if (runtime.passthrough()) return true;
-  // A compute limit needs the ledger too: its budget is shared by the container's processes there.
-  const bool wanted = config.HasAnyMemoryLimit() || config.HasAnySmLimit() || !config.shared_cache_path.empty();
+  // A compute limit needs the ledger too: its budget is shared by the container's processes there
+  // (and so does taking part in priorities: the limiter that yields keeps its state there).
+  const bool wanted = config.HasAnyMemoryLimit() || config.HasAnySmLimit() || config.task_priority_set ||
+                      !config.shared_cache_path.empty();
   if (!wanted) return true;
   std::lock_guard<std::mutex> lock(s.init_mu);
   if (!s.ledger) {

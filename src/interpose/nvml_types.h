@@ -62,6 +62,15 @@ typedef struct nvmlUtilization_st {
   unsigned int memory;
 } nvmlUtilization_t;
 
+typedef struct nvmlProcessUtilizationSample_st {
+  unsigned int pid;
+  unsigned long long timeStamp;  // CPU timestamp, microseconds
+  unsigned int smUtil;           // percent of the sample period with a kernel of the process running
+  unsigned int memUtil;
+  unsigned int encUtil;
+  unsigned int decUtil;
+} nvmlProcessUtilizationSample_t;
+
 }  // extern "C"
 
 static_assert(sizeof(nvmlMemory_t) == 24);
@@ -69,3 +78,4 @@ static_assert(sizeof(nvmlMemory_v2_t) == 40);
 static_assert(offsetof(nvmlMemory_v2_t, total) == 8);
 static_assert(sizeof(nvmlProcessInfo_t) == 24);
 static_assert(sizeof(nvmlProcessInfo_v1_t) == 16);
+static_assert(sizeof(nvmlProcessUtilizationSample_t) == 32);

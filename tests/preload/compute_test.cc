@@ -11,7 +11,10 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <future>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include "memory_harness.h"
 
@@ -45,6 +48,41 @@ class ComputeTest : public MemoryTest {
     return a;
   }
   Env Native() const { return SimEnv(); }
+
+  // Runs compute_loop and returns its kernels per 100 ms of CLOCK_MONOTONIC (bucket index ->
+  // count), so that processes running at the same time can be compared over the same window.
+  struct Timeline {
+    int64_t first = 0;
+    std::vector<uint64_t> counts;
+    // Share (percent) of `kernel_us` kernels launched in buckets [from, to).
+    double Share(int64_t from, int64_t to, int kernel_us) const {
+      uint64_t n = 0;
+      for (int64_t b = from; b < to; ++b) {
+        if (b >= first && b - first < static_cast<int64_t>(counts.size())) n += counts[b - first];
+      }
+      return 100.0 * static_cast<double>(n) * kernel_us * 1000 / (static_cast<double>(to - from) * 1e8);
+    }
+  };
+  Timeline RunTimeline(int kernel_us, int run_ms, int delay_ms, const Env& env) const {
+    const RunResult run = Run({"compute_loop", std::to_string(kernel_us), std::to_string(run_ms), "plain",
+                               std::to_string(delay_ms)},
+                              env);
+    EXPECT_EQ(run.exit_code, 0) << Describe(run);
+    Timeline t;
+    const std::string text = Transcript(run).Text("buckets");
+    const size_t colon = text.find(':');
+    if (colon == std::string::npos) return t;
+    t.first = std::stoll(text.substr(0, colon));
+    std::istringstream counts(text.substr(colon + 1));
+    for (std::string c; std::getline(counts, c, ',');) t.counts.push_back(std::stoull(c));
+    return t;
+  }
+  // A second container: its own ledger, the test's board.
+  Env OtherContainer(const Env& limits) const {
+    Env env = VgpuEnv(limits);
+    env["CUDA_DEVICE_MEMORY_SHARED_CACHE"] = dir_ + "/ledger-other";
+    return env;
+  }
 };
 
 struct LimitCase {
@@ -80,6 +118,46 @@ TEST_F(ComputeTest, NoLimitRunsAtNativeThroughput) {
   EXPECT_NEAR(hooked.share, native.share, 2.0);
   EXPECT_NEAR(static_cast<double>(hooked.kernels), static_cast<double>(native.kernels),
               0.02 * static_cast<double>(native.kernels));
+}
+
+
+// Soft limit 30/80 on an otherwise idle GPU: after the hold time the container runs at the soft
+// share (the simulated NVML utilisation minus its own share says nobody else is busy).
+TEST_F(ComputeTest, SoftLimitBurstsToTheSoftShareWhenTheGpuIsOtherwiseIdle) {
+  const Timeline t = RunTimeline(2000, 3000, 0, VgpuEnv({{"CUDA_DEVICE_SM_LIMIT", "30"}, {"CUDA_CORE_SOFT_LIMIT", "80"}}));
+  const double late = t.Share(t.first + 15, t.first + 30, 2000);
+  std::printf("[ compute  ] soft 30/80 alone: %.1f%% over the last 1.5 s\n", late);
+  EXPECT_NEAR(late, 80, kTolerance);
+}
+
+// ... and beside a saturating neighbour it stays at (or below) its hard share.
+TEST_F(ComputeTest, SoftLimitHoldsTheHardShareBesideABusyNeighbour) {
+  auto neighbour = std::async(std::launch::async, [&] { return RunTimeline(2000, 3500, 0, Native()); });
+  const Timeline t = RunTimeline(2000, 3000, 300, VgpuEnv({{"CUDA_DEVICE_SM_LIMIT", "30"}, {"CUDA_CORE_SOFT_LIMIT", "80"}}));
+  const Timeline n = neighbour.get();
+  const double late = t.Share(t.first + 10, t.first + 30, 2000);
+  std::printf("[ compute  ] soft 30/80 beside a busy neighbour: %.1f%%, neighbour %.1f%%\n", late,
+              n.Share(t.first + 10, t.first + 30, 2000));
+  EXPECT_LE(late, 30 + kTolerance);
+  EXPECT_GT(late, 5.0) << "not starved";
+}
+
+// Priority: a limit-60 container at the default priority (1) yields while a priority-0 container
+// (no limit) launches, and resumes after it stops.
+TEST_F(ComputeTest, LowPriorityYieldsToHighPriorityAndResumes) {
+  auto low = std::async(std::launch::async, [&] { return RunTimeline(2000, 4000, 0, VgpuEnv({{"CUDA_DEVICE_SM_LIMIT", "60"}})); });
+  const Timeline high = RunTimeline(2000, 1200, 1200, OtherContainer({{"CUDA_TASK_PRIORITY", "0"}}));
+  const Timeline l = low.get();
+  ASSERT_FALSE(high.counts.empty());
+  const int64_t on = high.first, off = high.first + static_cast<int64_t>(high.counts.size());
+  const double before = l.Share(l.first + 3, on, 2000);
+  const double during = l.Share(on + 1, off - 1, 2000);  // within 100 ms of the start
+  const double after = l.Share(off + 3, l.first + 40, 2000);
+  std::printf("[ compute  ] priority: low %.1f%% before, %.1f%% while high runs (high %.1f%%), %.1f%% after\n", before,
+              during, high.Share(on + 1, off - 1, 2000), after);
+  EXPECT_NEAR(before, 60, kTolerance);
+  EXPECT_LE(during, 5.0);
+  EXPECT_NEAR(after, 60, kTolerance);
 }
 
 }  // namespace

@@ -150,6 +150,7 @@ Env MemoryTest::VgpuEnv(const Env& limits) const {
   Env env = SimEnv();
   env["LD_PRELOAD"] = VGPU_LIBRARY_PATH;
   env["CUDA_DEVICE_MEMORY_SHARED_CACHE"] = dir_ + "/ledger";
+  env["VGPU_BOARD"] = dir_ + "/board";  // the test's own node-wide board (priorities)
   if (observer_.joinable()) env["MEMTEST_HOLD_DIR"] = dir_;
   for (const auto& [k, v] : limits) env[k] = v;
   return env;

@@ -6,8 +6,11 @@
 //   busy_ns B            N x kernel length: modelled GPU time of this process's kernels
 //   wall_ns W            first launch to the end of the final synchronisation
 //   nvml_util_percent U  the simulated NVML GPU utilisation (busy fraction of the last second)
+//   buckets F:c0,c1,...  kernels launched per 100 ms of CLOCK_MONOTONIC, the first in bucket F
+//                        (= monotonic ns / 100 ms), so that runs of several processes line up
 //
-// Usage: compute_loop <kernel_us> <run_ms> plain|ptsz
+// Usage: compute_loop <kernel_us> <run_ms> plain|ptsz [delay_ms]
+//   delay_ms             sleep this long after initialising, before the first launch
 //   plain  cuLaunchKernel / cuStreamSynchronize on a created stream
 //   ptsz   cuLaunchKernel_ptsz / cuStreamSynchronize_ptsz on stream 0 (the per-thread stream)
 #include <cuda.h>
@@ -19,6 +22,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include "check.h"
 #include "sim_nvml_types.h"
@@ -50,7 +55,7 @@ unsigned NvmlUtilization() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CHECK(argc == 4);
+  CHECK(argc == 4 || argc == 5);
   uint64_t kernel_ns = std::strtoull(argv[1], nullptr, 10) * 1000;
   const int64_t run_ns = std::strtoll(argv[2], nullptr, 10) * 1'000'000;
   const bool ptsz = std::strcmp(argv[3], "ptsz") == 0;
@@ -71,12 +76,23 @@ int main(int argc, char** argv) {
   CUstream stream = nullptr;
   if (!ptsz) CHECK_CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
 
+  if (argc == 5) {
+    const int64_t delay_ns = std::strtoll(argv[4], nullptr, 10) * 1'000'000;
+    const timespec pause{delay_ns / 1'000'000'000, delay_ns % 1'000'000'000};
+    nanosleep(&pause, nullptr);
+  }
   void* params[] = {&kernel_ns};
   const uint64_t batch = kernel_ns >= 10'000'000 ? 1 : 10'000'000 / kernel_ns;
+  constexpr int64_t kBucketNs = 100'000'000;
   uint64_t kernels = 0;
   const int64_t start = NowNs();
-  while (NowNs() - start < run_ns) {
+  const int64_t first_bucket = start / kBucketNs;
+  std::vector<uint64_t> buckets;
+  for (int64_t now = start; now - start < run_ns; now = NowNs()) {
     CHECK_CU(launch(kernel, 1, 1, 1, 1, 1, 1, 0, stream, params, nullptr));
+    const auto bucket = static_cast<size_t>(now / kBucketNs - first_bucket);
+    if (buckets.size() <= bucket) buckets.resize(bucket + 1);
+    ++buckets[bucket];
     if (++kernels % batch == 0) CHECK_CU(sync(stream));
   }
   CHECK_CU(sync(stream));
@@ -87,6 +103,9 @@ int main(int argc, char** argv) {
   std::printf("busy_ns %llu\n", static_cast<unsigned long long>(kernels * kernel_ns));
   std::printf("wall_ns %lld\n", static_cast<long long>(wall));
   std::printf("nvml_util_percent %u\n", util);
+  std::string counts;
+  for (uint64_t c : buckets) counts += (counts.empty() ? "" : ",") + std::to_string(c);
+  std::printf("buckets %lld:%s\n", static_cast<long long>(first_bucket), counts.c_str());
   if (!ptsz) CHECK_CU(cuStreamDestroy(stream));
   CHECK_CU(cuModuleUnload(module));
   CHECK_CU(cuDevicePrimaryCtxRelease(dev));
