@@ -51,8 +51,99 @@ struct K8sPlugin::Parts {
   std::unique_ptr<NodeReporter> reporter;
 };
 
+namespace {
+
+Status EmptyResponses(const std::vector<GpuInfo>&, const v1beta1::AllocateRequest& request,
+                      v1beta1::AllocateResponse* response) {
+  // Volcano's memory and cores are counted by the kubelet only; the vGPU comes with vgpu-number.
+  for (int i = 0; i < request.container_requests_size(); ++i) response->add_container_responses();
+  return Status::Ok();
+}
+
+UnitResourceSpec Spec(std::string name, UnitIdStyle style, Placement placement,
+                      std::function<int(const GpuInfo&)> units, AllocateFunction allocate) {
+  UnitResourceSpec spec;
+  spec.resource_name = std::move(name);
+  spec.style = style;
+  spec.placement = placement;
+  spec.units_per_gpu = std::move(units);
+  spec.allocate = std::move(allocate);
+  return spec;
+}
+
+}  // namespace
+
+// hami / volcano: the scheduler allocator, its resources, the node reporter.
+Status K8sPlugin::AssembleSchedulerMode(Parts* p, std::unique_ptr<KubeApi> api) {
+  const PluginConfig& config = p->config;
+  const bool volcano = config.mode == PluginMode::kVolcano;
+  if (api) {
+    p->api = std::move(api);
+  } else {
+    Status created;
+    p->api = HttpKubeApi::Create(config.api, &created);
+    if (!p->api) return created;
+  }
+  SchedulerAllocatorOptions options;
+  options.protocol = volcano ? &kVolcanoProtocol : &kHamiProtocol;
+  options.node_name = config.node_name;
+  options.paths = config.paths;
+  options.memory_factor = volcano ? config.volcano_memory_factor : 1;
+  options.update_attempts = config.update_attempts;
+  p->scheduler = std::make_unique<SchedulerAllocator>(options, p->api.get(), p->store);
+  const int split = config.split_count;
+  p->resources.push_back(std::make_unique<UnitResource>(Spec(
+      volcano ? config.volcano_number_resource : config.hami_resource, UnitIdStyle::kUuidDash,
+      Placement::kDistinctGpus, [split](const GpuInfo&) { return split; },
+      [p](const std::vector<GpuInfo>& g, const v1beta1::AllocateRequest& r, v1beta1::AllocateResponse* out) {
+        return p->scheduler->Allocate(g, r, out);
+      })));
+  if (volcano) {
+    const int factor = config.volcano_memory_factor;
+    p->resources.push_back(std::make_unique<UnitResource>(
+        Spec(config.volcano_memory_resource, UnitIdStyle::kIndexDash, Placement::kSameGpu,
+             [factor](const GpuInfo& gpu) { return static_cast<int>(MemoryMiB(gpu) / factor); }, EmptyResponses)));
+    p->resources.push_back(std::make_unique<UnitResource>(Spec(config.volcano_cores_resource, UnitIdStyle::kIndexDash,
+                                                               Placement::kSameGpu,
+                                                               [](const GpuInfo&) { return 100; }, EmptyResponses)));
+  }
+  NodeReporterOptions reporter;
+  reporter.protocol = options.protocol;
+  reporter.node_name = config.node_name;
+  reporter.interval = std::chrono::seconds(config.register_interval_s);
+  reporter.encode = [config, volcano](const std::vector<GpuInfo>& g) {
+    return volcano ? EncodeVolcanoNodeRegister(Records(g, config, true)) : EncodeHamiNodeRegister(Records(g, config, false));
+  };
+  p->reporter = std::make_unique<NodeReporter>(reporter, p->api.get(), &p->inventory);
+  return Status::Ok();
+}
+
+// standalone: memory and compute units, joined by the standalone allocator.
+void K8sPlugin::AssembleStandaloneMode(Parts* p) {
+  const PluginConfig& config = p->config;
+  StandaloneOptions options;
+  options.paths = config.paths;
+  options.pairing_window = std::chrono::milliseconds(config.pairing_window_ms);
+  p->standalone = std::make_unique<StandaloneAllocator>(options, p->store);
+  for (StandaloneKind kind : {StandaloneKind::kMemory, StandaloneKind::kCompute}) {
+    UnitResourceSpec spec = Spec(
+        kind == StandaloneKind::kMemory ? config.standalone_memory_resource : config.standalone_compute_resource,
+        UnitIdStyle::kUuidUnderscore, Placement::kSameGpu,
+        [kind](const GpuInfo& gpu) { return StandaloneUnits(kind, gpu); },
+        [p, kind](const std::vector<GpuInfo>& g, const v1beta1::AllocateRequest& r, v1beta1::AllocateResponse* out) {
+          return p->standalone->Allocate(kind, g, r, out);
+        });
+    spec.preferred_gpu = [p, kind] { return p->standalone->PreferredGpu(kind); };
+    p->resources.push_back(std::make_unique<UnitResource>(spec));
+  }
+}
+
 std::unique_ptr<K8sPlugin> K8sPlugin::Create(const PluginConfig& config, std::vector<GpuInfo> gpus, K8sPluginDeps deps,
                                              Status* status) {
+  if (config.mode == PluginMode::kOff) {
+    *status = Status::Error("the Kubernetes mode is off");
+    return nullptr;
+  }
   auto parts = std::make_unique<Parts>();
   parts->config = config;
   parts->inventory.Set(gpus);
@@ -62,94 +153,11 @@ std::unique_ptr<K8sPlugin> K8sPlugin::Create(const PluginConfig& config, std::ve
     parts->own_store = std::make_unique<LedgerDirectoryStore>(config.paths.state_dir + "/containers");
     parts->store = parts->own_store.get();
   }
-  Parts* p = parts.get();
-  const int split = config.split_count;
-  auto empty_responses = [](const std::vector<GpuInfo>&, const v1beta1::AllocateRequest& request,
-                            v1beta1::AllocateResponse* response) {
-    // Memory and cores of Volcano are counted by the kubelet only; the vGPU comes with vgpu-number.
-    for (int i = 0; i < request.container_requests_size(); ++i) response->add_container_responses();
-    return Status::Ok();
-  };
-
-  switch (config.mode) {
-    case PluginMode::kOff:
-      *status = Status::Error("the Kubernetes mode is off");
-      return nullptr;
-    case PluginMode::kHami:
-    case PluginMode::kVolcano: {
-      const bool volcano = config.mode == PluginMode::kVolcano;
-      if (deps.api) {
-        parts->api = std::move(deps.api);
-      } else {
-        Status created;
-        parts->api = HttpKubeApi::Create(config.api, &created);
-        if (!parts->api) {
-          *status = created;
-          return nullptr;
-        }
-      }
-      SchedulerAllocatorOptions options;
-      options.protocol = volcano ? &kVolcanoProtocol : &kHamiProtocol;
-      options.node_name = config.node_name;
-      options.paths = config.paths;
-      options.memory_factor = volcano ? config.volcano_memory_factor : 1;
-      options.update_attempts = config.update_attempts;
-      parts->scheduler = std::make_unique<SchedulerAllocator>(options, parts->api.get(), parts->store);
-      UnitResourceSpec number;
-      number.resource_name = volcano ? config.volcano_number_resource : config.hami_resource;
-      number.style = UnitIdStyle::kUuidDash;
-      number.placement = Placement::kDistinctGpus;
-      number.units_per_gpu = [split](const GpuInfo&) { return split; };
-      number.allocate = [p](const std::vector<GpuInfo>& g, const v1beta1::AllocateRequest& r, v1beta1::AllocateResponse* out) {
-        return p->scheduler->Allocate(g, r, out);
-      };
-      parts->resources.push_back(std::make_unique<UnitResource>(number));
-      if (volcano) {
-        const int factor = config.volcano_memory_factor;
-        UnitResourceSpec memory;
-        memory.resource_name = config.volcano_memory_resource;
-        memory.style = UnitIdStyle::kIndexDash;
-        memory.placement = Placement::kSameGpu;
-        memory.units_per_gpu = [factor](const GpuInfo& gpu) { return static_cast<int>(MemoryMiB(gpu) / factor); };
-        memory.allocate = empty_responses;
-        parts->resources.push_back(std::make_unique<UnitResource>(memory));
-        UnitResourceSpec cores;
-        cores.resource_name = config.volcano_cores_resource;
-        cores.style = UnitIdStyle::kIndexDash;
-        cores.placement = Placement::kSameGpu;
-        cores.units_per_gpu = [](const GpuInfo&) { return 100; };
-        cores.allocate = empty_responses;
-        parts->resources.push_back(std::make_unique<UnitResource>(cores));
-      }
-      NodeReporterOptions reporter;
-      reporter.protocol = options.protocol;
-      reporter.node_name = config.node_name;
-      reporter.interval = std::chrono::seconds(config.register_interval_s);
-      reporter.encode = [config, volcano](const std::vector<GpuInfo>& g) {
-        return volcano ? EncodeVolcanoNodeRegister(Records(g, config, true)) : EncodeHamiNodeRegister(Records(g, config, false));
-      };
-      parts->reporter = std::make_unique<NodeReporter>(reporter, parts->api.get(), &parts->inventory);
-      break;
-    }
-    case PluginMode::kStandalone: {
-      StandaloneOptions options;
-      options.paths = config.paths;
-      options.pairing_window = std::chrono::milliseconds(config.pairing_window_ms);
-      parts->standalone = std::make_unique<StandaloneAllocator>(options, parts->store);
-      for (StandaloneKind kind : {StandaloneKind::kMemory, StandaloneKind::kCompute}) {
-        UnitResourceSpec spec;
-        spec.resource_name = kind == StandaloneKind::kMemory ? config.standalone_memory_resource
-                                                             : config.standalone_compute_resource;
-        spec.style = UnitIdStyle::kUuidUnderscore;
-        spec.placement = Placement::kSameGpu;
-        spec.units_per_gpu = [kind](const GpuInfo& gpu) { return StandaloneUnits(kind, gpu); };
-        spec.allocate = [p, kind](const std::vector<GpuInfo>& g, const v1beta1::AllocateRequest& r,
-                                  v1beta1::AllocateResponse* out) { return p->standalone->Allocate(kind, g, r, out); };
-        spec.preferred_gpu = [p, kind] { return p->standalone->PreferredGpu(kind); };
-        parts->resources.push_back(std::make_unique<UnitResource>(spec));
-      }
-      break;
-    }
+  if (config.mode == PluginMode::kStandalone) {
+    AssembleStandaloneMode(parts.get());
+  } else if (Status assembled = AssembleSchedulerMode(parts.get(), std::move(deps.api)); !assembled.ok) {
+    *status = assembled;
+    return nullptr;
   }
   for (const auto& resource : parts->resources) {
     if (Status size = CheckListAndWatchSize(*resource, gpus); !size.ok) {

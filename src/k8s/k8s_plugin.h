@@ -46,6 +46,8 @@ class K8sPlugin {
  private:
   struct Parts;
   explicit K8sPlugin(std::unique_ptr<Parts> parts);
+  static Status AssembleSchedulerMode(Parts* parts, std::unique_ptr<KubeApi> api);
+  static void AssembleStandaloneMode(Parts* parts);
   std::unique_ptr<Parts> parts_;
 };
 

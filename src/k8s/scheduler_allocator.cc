@@ -60,6 +60,43 @@ bool IsPendingPhase(const Json& pod) {
 SchedulerAllocator::SchedulerAllocator(SchedulerAllocatorOptions options, KubeApi* api, ContainerStore* store)
     : options_(std::move(options)), api_(api), store_(store) {}
 
+Status SchedulerAllocator::FindAllocatingPod(Target* target) {
+  const SchedulerProtocol& protocol = *options_.protocol;
+  const std::string& node = options_.node_name;
+  ApiResponse list = api_->Get(PodsOnNodePath(node));
+  if (!list.ok()) return Status::Error("cannot list the pods on node " + node + ": " + list.Describe());
+  const Json* items = JsonFind(list.body, {"items"});
+  std::vector<std::string> candidates;
+  if (items != nullptr && items->is_array()) {
+    for (const Json& pod : *items) {
+      const std::map<std::string, std::string> annotations = Annotations(pod);
+      const std::string* phase = FindAnnotation(annotations, protocol.bind_phase);
+      const std::string* assigned = FindAnnotation(annotations, protocol.assigned_node);
+      if (phase == nullptr || *phase != kBindPhaseAllocating || assigned == nullptr || *assigned != node ||
+          !IsPendingPhase(pod)) {
+        continue;
+      }
+      candidates.push_back(JsonString(pod, {"metadata", "namespace"}) + "/" + JsonString(pod, {"metadata", "name"}));
+      if (candidates.size() == 1) {
+        target->pod_namespace = JsonString(pod, {"metadata", "namespace"});
+        target->pod_name = JsonString(pod, {"metadata", "name"});
+        target->pod = pod;
+      }
+    }
+  }
+  if (candidates.empty()) {
+    return Status::Error(std::string("no pod on node ") + node + " has " + protocol.bind_phase + "=allocating and " +
+                         protocol.assigned_node + "=" + node);
+  }
+  if (candidates.size() > 1) {
+    std::string names;
+    for (const std::string& name : candidates) names += (names.empty() ? "" : ", ") + name;
+    return Status::Error(std::to_string(candidates.size()) + " pods on node " + node + " are allocating at once (" +
+                         names + "); refusing to guess which one this Allocate is for (enable Volcano's node lock)");
+  }
+  return Status::Ok();
+}
+
 Status SchedulerAllocator::FindTarget(Target* target) {
   const SchedulerProtocol& protocol = *options_.protocol;
   const std::string& node = options_.node_name;
@@ -81,38 +118,7 @@ Status SchedulerAllocator::FindTarget(Target* target) {
     target->may_release_lock = true;  // from here on the lock names the pod this call is about
   } else {
     target->may_release_lock = !target->lock_value.empty();
-    ApiResponse list = api_->Get(PodsOnNodePath(node));
-    if (!list.ok()) return Status::Error("cannot list the pods on node " + node + ": " + list.Describe());
-    const Json* items = JsonFind(list.body, {"items"});
-    std::vector<std::string> candidates;
-    if (items != nullptr && items->is_array()) {
-      for (const Json& pod : *items) {
-        const std::map<std::string, std::string> annotations = Annotations(pod);
-        const std::string* phase = FindAnnotation(annotations, protocol.bind_phase);
-        const std::string* assigned = FindAnnotation(annotations, protocol.assigned_node);
-        if (phase == nullptr || *phase != kBindPhaseAllocating || assigned == nullptr || *assigned != node ||
-            !IsPendingPhase(pod)) {
-          continue;
-        }
-        candidates.push_back(JsonString(pod, {"metadata", "namespace"}) + "/" + JsonString(pod, {"metadata", "name"}));
-        if (candidates.size() == 1) {
-          target->pod_namespace = JsonString(pod, {"metadata", "namespace"});
-          target->pod_name = JsonString(pod, {"metadata", "name"});
-          target->pod = pod;
-        }
-      }
-    }
-    if (candidates.empty()) {
-      return Status::Error(std::string("no pod on node ") + node + " has " + protocol.bind_phase + "=allocating and " +
-                           protocol.assigned_node + "=" + node);
-    }
-    if (candidates.size() > 1) {
-      std::string names;
-      for (const std::string& name : candidates) names += (names.empty() ? "" : ", ") + name;
-      return Status::Error(std::to_string(candidates.size()) + " pods on node " + node +
-                           " are allocating at once (" + names + "); refusing to guess which one this Allocate is for "
-                           "(enable Volcano's node lock)");
-    }
+    if (Status status = FindAllocatingPod(target); !status.ok) return status;
   }
 
   const std::string path = PodPath(target->pod_namespace, target->pod_name);

@@ -57,6 +57,8 @@ class SchedulerAllocator {
  private:
   struct Target;  // the pod being allocated and the lock value seen
   Status FindTarget(Target* target);
+  // Volcano: the one allocating pod on this node (its lock names none).
+  Status FindAllocatingPod(Target* target);
   Status AllocateContainer(const std::vector<GpuInfo>& gpus, const Target& target,
                            const v1beta1::ContainerAllocateRequest& request, Json* pod,
                            v1beta1::ContainerAllocateResponse* response);
