@@ -41,11 +41,12 @@ inline constexpr char kContainerBoardPath[] = "/var/lib/vgpu/board";
 
 struct NodePaths {
   std::string state_dir = "/var/lib/vgpu";
+  std::string socket;  // "" = <state_dir>/vgpu.sock
   std::string library = "/usr/local/vgpu/libvgpu.so";
   std::string preload_file = "/usr/local/vgpu/ld.so.preload";
 
   std::string ContainerDir(const std::string& key) const { return state_dir + "/containers/" + key; }
-  std::string Socket() const { return state_dir + "/vgpu.sock"; }
+  std::string Socket() const { return socket.empty() ? state_dir + "/vgpu.sock" : socket; }
   std::string Board() const { return state_dir + "/board"; }
 };
 
