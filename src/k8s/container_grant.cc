@@ -50,7 +50,7 @@ std::map<std::string, std::string> GrantEnvironment(const ContainerGrant& grant)
   }
   env["NVIDIA_VISIBLE_DEVICES"] = visible;
   env["CUDA_DEVICE_MEMORY_SHARED_CACHE"] = kContainerLedgerPath;
-  env["VGPU_SOCKET"] = kContainerSocketPath;
+  if (grant.register_with_daemon) env["VGPU_SOCKET"] = kContainerSocketPath;
   env["VGPU_BOARD"] = kContainerBoardPath;
   if (grant.task_priority >= 0) env["CUDA_TASK_PRIORITY"] = std::to_string(grant.task_priority);
   if (!grant.pod_uid.empty()) env["VGPU_POD_UID"] = grant.pod_uid;
@@ -82,7 +82,7 @@ void BuildContainerResponse(const ContainerGrant& grant, const NodePaths& paths,
   AddMount(response, kContainerLibraryPath, paths.library, /*read_only=*/true);
   if (!grant.skip_preload) AddMount(response, kContainerPreloadPath, paths.preload_file, /*read_only=*/true);
   AddMount(response, kContainerStateDir, paths.ContainerDir(grant.key), /*read_only=*/false);
-  AddMount(response, kContainerSocketPath, paths.Socket(), /*read_only=*/false);
+  if (grant.register_with_daemon) AddMount(response, kContainerSocketPath, paths.Socket(), /*read_only=*/false);
   AddMount(response, kContainerBoardPath, paths.Board(), /*read_only=*/false);
 }
 

@@ -12,6 +12,7 @@
 //   env NVIDIA_VISIBLE_DEVICES, CUDA_DEVICE_MEMORY_LIMIT_<i>, CUDA_DEVICE_SM_LIMIT_<i>,
 //       CUDA_DEVICE_MEMORY_SHARED_CACHE, VGPU_SOCKET, VGPU_BOARD, and when known
 //       CUDA_TASK_PRIORITY, VGPU_POD_UID, VGPU_CONTAINER_NAME.
+// (The socket mount and VGPU_SOCKET only with register_with_daemon.)
 //
 // The ledger limits are derived from exactly the environment handed to the container, through
 // the library's own parser (common/config.h, ledger/limits_from_config.h), so a process in the
@@ -64,6 +65,10 @@ struct ContainerGrant {
   std::string pod_namespace;      // for the daemon's records and metrics (empty when unknown)
   std::string pod_name;
   bool skip_preload = false;      // the container sets CUDA_DISABLE_CONTROL=true
+  // Mount the registration socket and set VGPU_SOCKET. Off for standalone vGPUs: vgpu-node
+  // verifies a registering process against its pod's cgroup, and a standalone grant does not know
+  // the pod (the library then does not register; the ledger still enforces the limits).
+  bool register_with_daemon = true;
   int task_priority = -1;         // -1 = not set
 };
 

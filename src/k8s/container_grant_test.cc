@@ -67,6 +67,14 @@ TEST(ContainerGrantTest, ResponseMountsEverythingAndSkipsThePreloadOnRequest) {
   BuildContainerResponse(disabled, paths, &without);
   for (const auto& mount : without.mounts()) EXPECT_NE(mount.container_path(), "/etc/ld.so.preload");
   EXPECT_EQ(without.mounts_size(), response.mounts_size() - 1);
+
+  ContainerGrant unregistered = TwoGpuGrant();
+  unregistered.register_with_daemon = false;
+  v1beta1::ContainerAllocateResponse quiet;
+  BuildContainerResponse(unregistered, paths, &quiet);
+  for (const auto& mount : quiet.mounts()) EXPECT_NE(mount.container_path(), "/var/lib/vgpu/vgpu.sock");
+  EXPECT_EQ(quiet.envs().count("VGPU_SOCKET"), 0u);
+  EXPECT_EQ(quiet.envs().count("CUDA_DEVICE_MEMORY_SHARED_CACHE"), 1u);
 }
 
 TEST(ContainerGrantTest, KeysAreOnePathComponent) {

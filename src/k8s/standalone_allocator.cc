@@ -113,6 +113,7 @@ Status StandaloneAllocator::AllocateContainer(StandaloneKind kind, const std::ve
   grant.pod_uid = half.key;
   grant.container_name = kStandaloneContainerName;
   grant.key = ContainerKey(grant.pod_uid, grant.container_name);
+  grant.register_with_daemon = false;  // see ContainerGrant: the pod is unknown
   GrantedGpu granted{gpu->uuid, 0, 0};
   for (const Half* part : {&half, partner ? &*partner : nullptr}) {
     if (part == nullptr) continue;

@@ -16,7 +16,9 @@
 //   - the second call, if on the same GPU, rewrites that ledger with both halves and answers with
 //     the same mounts (the kubelet keeps one mount per container path) and its limit variable;
 //     on another GPU it fails.
-// A container that requests only one of the two resources gets only that limit. Limitation
+// A container that requests only one of the two resources gets only that limit. Its processes
+// do not register with vgpu-node (no socket mount, no VGPU_SOCKET: the daemon checks a
+// registration against the pod's cgroup, and the pod is unknown here). Limitation
 // (docs/kubernetes.md): when a container that requests only memory is admitted immediately
 // before one that requests both and the kubelet happens to allocate the second container's
 // compute first, the join pairs the wrong allocations. Use the hami or volcano mode where

@@ -83,6 +83,7 @@ TEST_F(StandaloneAllocatorTest, AlnairPodGetsTwoGiBAndFiftyPercentInEitherOrder)
     EXPECT_EQ(env["CUDA_DEVICE_MEMORY_LIMIT_0"], "2048m");
     EXPECT_EQ(env["CUDA_DEVICE_SM_LIMIT_0"], "50");
     EXPECT_EQ(first["CUDA_DEVICE_MEMORY_SHARED_CACHE"], second["CUDA_DEVICE_MEMORY_SHARED_CACHE"]);
+    EXPECT_EQ(env.count("VGPU_SOCKET"), 0u) << "standalone processes do not register";
     // One ledger, rewritten with both halves.
     const std::string key = "standalone-" + std::to_string(keys_) + "_vgpu";
     ASSERT_EQ(store_.prepared.count(key), 1u);

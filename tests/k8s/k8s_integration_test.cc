@@ -596,6 +596,9 @@ TEST_F(K8sIntegrationTest, AlnairPodSpecYieldsATwoGiBFiftyPercentVgpu) {
   EXPECT_EQ(env["CUDA_DEVICE_SM_LIMIT_0"], "50");
   const std::string host_dir = Mounts(memory_answer)["/var/lib/vgpu/container"];
   EXPECT_EQ(Mounts(compute_answer)["/var/lib/vgpu/container"], host_dir);
+  // The pod is unknown to a standalone grant, so its processes do not register with vgpu-node.
+  EXPECT_EQ(Mounts(memory_answer).count("/var/lib/vgpu/vgpu.sock"), 0u);
+  EXPECT_EQ(env.count("VGPU_SOCKET"), 0u);
   const std::string key = host_dir.substr(host_dir.rfind('/') + 1);
   ledger::LimitSet limits = LedgerLimits(key);
   ASSERT_EQ(limits.devices.size(), 1u);
