@@ -116,6 +116,41 @@ int OnProgress(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
   return 0;
 }
 
+// The ApiResponse for a finished transfer: a transport failure is "no answer" (status 0), a
+// watch the caller stopped is a normal end, a body that is not JSON is no usable answer.
+ApiResponse Interpret(const std::string& what, bool watch, CURLcode code, int http_status, const char* curl_error,
+                      Transfer& transfer) {
+  ApiResponse response;
+  response.http_status = http_status;
+  if (code != CURLE_OK) {
+    if (watch && transfer.stopped_by_caller) {
+      response.http_status = http_status == 0 ? 200 : http_status;
+      return response;
+    }
+    if (transfer.too_large) {
+      response.error = "response body larger than " + std::to_string(kMaxBodyBytes) + " bytes";
+    } else {
+      response.error = std::string(curl_easy_strerror(code)) + (curl_error[0] != '\0' ? std::string(": ") + curl_error : "");
+    }
+    // A transport failure after the headers still is no usable answer.
+    if (!watch || http_status == 0) response.http_status = 0;
+    return response;
+  }
+  if (!transfer.body.empty()) {
+    response.body = ParseJson(transfer.body);
+    if (response.body.is_discarded()) {
+      response.body = nullptr;
+      if (response.ok()) {
+        response.http_status = 0;
+        response.error = "the answer to " + what + " is not JSON";
+        return response;
+      }
+    }
+  }
+  if (!response.ok()) response.error = ErrorMessage(response.body, transfer.body);
+  return response;
+}
+
 }  // namespace
 
 Status InClusterOptions(const std::function<const char*(const char*)>& getenv, KubeClientOptions* out,
@@ -261,36 +296,8 @@ ApiResponse HttpKubeApi::PerformOnce(const Request& request, const std::string& 
   curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &http_status);
   curl_slist_free_all(headers);
   ReleaseHandle(curl);
-
-  ApiResponse response;
-  response.http_status = static_cast<int>(http_status);
-  if (code != CURLE_OK) {
-    if (watch && transfer.stopped_by_caller) {
-      response.http_status = http_status == 0 ? 200 : static_cast<int>(http_status);
-      return response;
-    }
-    if (transfer.too_large) {
-      response.error = "response body larger than " + std::to_string(kMaxBodyBytes) + " bytes";
-    } else {
-      response.error = std::string(curl_easy_strerror(code)) + (error_buffer[0] != '\0' ? std::string(": ") + error_buffer : "");
-    }
-    // A transport failure after the headers still is no usable answer.
-    if (!watch || http_status == 0) response.http_status = 0;
-    return response;
-  }
-  if (!transfer.body.empty()) {
-    response.body = ParseJson(transfer.body);
-    if (response.body.is_discarded()) {
-      response.body = nullptr;
-      if (response.ok()) {
-        response.http_status = 0;
-        response.error = "the answer to " + std::string(request.method) + " " + request.path + " is not JSON";
-        return response;
-      }
-    }
-  }
-  if (!response.ok()) response.error = ErrorMessage(response.body, transfer.body);
-  return response;
+  return Interpret(std::string(request.method) + " " + request.path, watch, code, static_cast<int>(http_status),
+                   error_buffer, transfer);
 }
 
 ApiResponse HttpKubeApi::Get(const std::string& path) {
