@@ -73,9 +73,22 @@ std::string Normal(const std::string& path) {
   return ec ? path : absolute.lexically_normal().string();
 }
 
-std::string Cell(uint64_t charged, uint64_t overhead) {
-  if (overhead == 0) return FormatSize(charged);
-  return FormatSize(charged) + " + " + FormatSize(overhead);
+// Device charges (allocations + overhead), then spilled host memory when there is any.
+std::string Cell(uint64_t charged, uint64_t overhead, uint64_t spilled) {
+  std::string text = overhead == 0 ? FormatSize(charged) : FormatSize(charged) + " + " + FormatSize(overhead);
+  if (spilled != 0) text += ", host " + FormatSize(spilled);
+  return text;
+}
+
+// Oversubscription columns are shown only for ledgers that use it.
+bool AnySpilling(const Snapshot& snapshot) {
+  return std::any_of(snapshot.devices.begin(), snapshot.devices.end(),
+                     [](const DeviceUsage& d) { return d.host_limit != 0 || d.spilled != 0; });
+}
+
+std::string Host(const DeviceUsage& device) {
+  if (device.host_limit == 0 && device.spilled == 0) return "-";
+  return FormatSize(device.spilled) + " / " + (device.host_limit == 0 ? "none" : FormatSize(device.host_limit));
 }
 
 std::string Memory(uint64_t bytes) { return bytes == 0 ? "unlimited" : FormatSize(bytes); }
@@ -124,12 +137,15 @@ std::string Table(const std::vector<std::vector<std::string>>& rows) {
 std::string DeviceTable(const Snapshot& snapshot) {
   if (snapshot.devices.empty()) return "  no devices yet (a process binds them when it first uses a GPU)\n";
   std::vector<std::vector<std::string>> rows = {{"DEVICE", "ORDINAL", "UUID", "USED / LIMIT", "PEAK", "REFUSALS", "COMPUTE", "SHARE"}};
+  const bool spilling = AnySpilling(snapshot);
+  if (spilling) rows[0].insert(rows[0].begin() + 4, "HOST / LIMIT");
   for (const DeviceUsage& device : snapshot.devices) {
     rows.push_back({std::to_string(device.index), device.ordinal < 0 ? "-" : std::to_string(device.ordinal),
                     device.uuid.empty() ? "-" : device.uuid,
                     FormatSize(device.used) + " / " + Memory(device.memory_limit), FormatSize(device.peak),
                     std::to_string(device.oom_refusals), Compute(device.sm_limit, device.sm_soft_limit),
                     Share(device)});
+    if (spilling) rows.back().insert(rows.back().begin() + 4, Host(device));
   }
   return Table(rows);
 }
@@ -143,7 +159,7 @@ std::string ProcessTable(const Snapshot& snapshot) {
     std::vector<std::string> row = {std::to_string(process.pid), std::to_string(process.host_pid),
                                     process.alive ? "running" : "exited (not yet reclaimed)"};
     for (const DeviceUsage& device : snapshot.devices) {
-      row.push_back(Cell(process.charged[device.index], process.overhead[device.index]));
+      row.push_back(Cell(process.charged[device.index], process.overhead[device.index], process.spilled[device.index]));
     }
     rows.push_back(row);
   }
@@ -177,7 +193,9 @@ void JsonDevices(const Snapshot& snapshot, std::ostringstream& json) {
          << ", \"used\": " << d.used << ", \"peak\": " << d.peak << ", \"oom_refusals\": " << d.oom_refusals
          << ", \"sm_limit\": " << d.sm_limit << ", \"sm_soft_limit\": " << d.sm_soft_limit
          << ", \"share_ppm\": " << d.share_ppm << ", \"busy_ns\": " << d.busy_ns
-         << ", \"throttled_ns\": " << d.throttled_ns << "}";
+         << ", \"throttled_ns\": " << d.throttled_ns << ", \"host_limit\": " << d.host_limit
+         << ", \"spilled\": " << d.spilled << ", \"spill_peak\": " << d.spill_peak
+         << ", \"spill_refusals\": " << d.spill_refusals << "}";
   }
   json << "]";
 }
@@ -191,7 +209,7 @@ void JsonProcesses(const Snapshot& snapshot, std::ostringstream& json) {
     for (size_t j = 0; j < snapshot.devices.size(); ++j) {
       const int index = snapshot.devices[j].index;
       json << (j ? ", " : "") << "{\"index\": " << index << ", \"charged\": " << p.charged[index]
-           << ", \"overhead\": " << p.overhead[index] << "}";
+           << ", \"overhead\": " << p.overhead[index] << ", \"spilled\": " << p.spilled[index] << "}";
     }
     json << "]}";
   }
@@ -266,7 +284,9 @@ std::string FormatPsTable(const std::vector<PsEntry>& entries) {
             "; priority " + std::to_string(s.task_priority);
     if (s.lock_recoveries != 0) text += "; " + std::to_string(s.lock_recoveries) + " lock recoveries";
     text += "\n  default per GPU: memory " + Memory(s.default_memory_limit) + ", compute " +
-            Compute(s.default_sm_limit, s.default_sm_soft_limit) + "\n" + DeviceTable(s) + ProcessTable(s);
+            Compute(s.default_sm_limit, s.default_sm_soft_limit);
+    if (s.default_host_limit != 0) text += ", host spill " + FormatSize(s.default_host_limit);
+    text += "\n" + DeviceTable(s) + ProcessTable(s);
   }
   return text;
 }
@@ -286,7 +306,7 @@ std::string FormatPsJson(const std::vector<PsEntry>& entries) {
          << ", \"created_unix_ns\": " << s.created_unix_ns << ", \"lock_recoveries\": " << s.lock_recoveries
          << ", \"reclaimed_processes\": " << s.reclaimed_processes << ", \"default_memory_limit\": " << s.default_memory_limit
          << ", \"default_sm_limit\": " << s.default_sm_limit << ", \"default_sm_soft_limit\": " << s.default_sm_soft_limit
-         << ", ";
+         << ", \"default_host_limit\": " << s.default_host_limit << ", ";
     JsonDevices(s, json);
     json << ", ";
     JsonProcesses(s, json);

@@ -95,21 +95,56 @@ TEST(PsFormatTest, JsonHasEveryFieldAndEscapes) {
       "  {\"path\": \"/tmp/vgpu-1000/run-42-1700000000/ledger\", \"ok\": true, \"authority\": \"vgpu run\", "
       "\"task_priority\": 1, \"created_unix_ns\": 1700000000000000000, \"lock_recoveries\": 0, "
       "\"reclaimed_processes\": 0, \"default_memory_limit\": 4294967296, \"default_sm_limit\": 30, "
-      "\"default_sm_soft_limit\": 0, \"devices\": ["
+      "\"default_sm_soft_limit\": 0, \"default_host_limit\": 0, \"devices\": ["
       "{\"index\": 0, \"ordinal\": 0, \"uuid\": \"GPU-aaaa\", \"memory_limit\": 4294967296, \"used\": 1610612736, "
       "\"peak\": 2147483648, \"oom_refusals\": 3, \"sm_limit\": 30, \"sm_soft_limit\": 60, "
-      "\"share_ppm\": 298400, \"busy_ns\": 2500000000, \"throttled_ns\": 7000000000}, "
+      "\"share_ppm\": 298400, \"busy_ns\": 2500000000, \"throttled_ns\": 7000000000, \"host_limit\": 0, "
+      "\"spilled\": 0, \"spill_peak\": 0, \"spill_refusals\": 0}, "
       "{\"index\": 1, \"ordinal\": -1, \"uuid\": \"GPU-bbbb\", \"memory_limit\": 0, \"used\": 2097152, "
       "\"peak\": 2097152, \"oom_refusals\": 0, \"sm_limit\": 0, \"sm_soft_limit\": 0, "
-      "\"share_ppm\": 0, \"busy_ns\": 0, \"throttled_ns\": 0}], \"processes\": ["
+      "\"share_ppm\": 0, \"busy_ns\": 0, \"throttled_ns\": 0, \"host_limit\": 0, \"spilled\": 0, "
+      "\"spill_peak\": 0, \"spill_refusals\": 0}], \"processes\": ["
       "{\"pid\": 1234, \"host_pid\": 99, \"start_time\": 0, \"alive\": true, \"devices\": ["
-      "{\"index\": 0, \"charged\": 1073741824, \"overhead\": 314572800}, {\"index\": 1, \"charged\": 0, \"overhead\": 0}]}, "
+      "{\"index\": 0, \"charged\": 1073741824, \"overhead\": 314572800, \"spilled\": 0}, "
+      "{\"index\": 1, \"charged\": 0, \"overhead\": 0, \"spilled\": 0}]}, "
       "{\"pid\": 1240, \"host_pid\": 1240, \"start_time\": 0, \"alive\": false, \"devices\": ["
-      "{\"index\": 0, \"charged\": 247463936, \"overhead\": 0}, {\"index\": 1, \"charged\": 2097152, \"overhead\": 0}]}]},\n"
+      "{\"index\": 0, \"charged\": 247463936, \"overhead\": 0, \"spilled\": 0}, "
+      "{\"index\": 1, \"charged\": 2097152, \"overhead\": 0, \"spilled\": 0}]}]},\n"
       "  {\"path\": \"/tmp/we\\\"ird\\\\path\\u000a/ledger\", \"ok\": false, \"error\": \"bad\\u0009thing\"}\n"
       "]}\n";
   EXPECT_EQ(json, expected);
   EXPECT_EQ(FormatPsJson({}), "{\"ledgers\": []}\n");
+}
+
+// Oversubscription: a host column per device, host bytes per process, the default host limit.
+TEST(PsFormatTest, SpilledMemoryIsShownApartFromDeviceMemory) {
+  PsEntry entry = MadeUp();
+  Snapshot& s = entry.snapshot;
+  s.default_host_limit = 4 * kGiB;
+  s.devices[0].host_limit = 4 * kGiB;
+  s.devices[0].spilled = 2560 * kMiB;
+  s.devices[0].spill_peak = 3 * kGiB;
+  s.devices[0].spill_refusals = 2;
+  s.processes[0].spilled[0] = 2 * kGiB;
+  s.processes[1].spilled[0] = 512 * kMiB;
+  const std::string table = FormatPsTable({entry});
+  const std::string expected =
+      "/tmp/vgpu-1000/run-42-1700000000/ledger\n"
+      "  limits by vgpu run, created 2023-11-14T22:13:20Z; priority 1\n"
+      "  default per GPU: memory 4 GiB, compute 30%, host spill 4 GiB\n"
+      "  DEVICE  ORDINAL  UUID      USED / LIMIT       HOST / LIMIT      PEAK   REFUSALS  COMPUTE         SHARE\n"
+      "  0       0        GPU-aaaa  1.50 GiB / 4 GiB   2.50 GiB / 4 GiB  2 GiB  3         30% (soft 60%)  29.8%\n"
+      "  1       -        GPU-bbbb  2 MiB / unlimited  -                 2 MiB  0         unlimited       -\n"
+      "  PID   HOST PID  STATE                       DEVICE 0                     DEVICE 1\n"
+      "  1234  99        running                     1 GiB + 300 MiB, host 2 GiB  0 B\n"
+      "  1240  1240      exited (not yet reclaimed)  236 MiB, host 512 MiB        2 MiB\n";
+  EXPECT_EQ(table, expected);
+  const std::string json = FormatPsJson({entry});
+  EXPECT_TRUE(Contains(json, "\"default_host_limit\": 4294967296")) << json;
+  EXPECT_TRUE(Contains(json, "\"host_limit\": 4294967296, \"spilled\": 2684354560, \"spill_peak\": 3221225472, "
+                             "\"spill_refusals\": 2}")) << json;
+  EXPECT_TRUE(Contains(json, "{\"index\": 0, \"charged\": 1073741824, \"overhead\": 314572800, \"spilled\": 2147483648}"))
+      << json;
 }
 
 class PsFilesTest : public ::testing::Test {

@@ -42,8 +42,12 @@ constexpr std::array kRunOptions = {
                "Default: the inherited CUDA_VISIBLE_DEVICES.\n"
                "Examples: --devices 0,1   --devices GPU-8932f937-d72c-4106-c12f-20bd9faed9f6"},
     OptionSpec{"oversubscribe", 0, "",
-               "Allow the memory limit to exceed physical memory, backed by host memory\n"
-               "(sets CUDA_OVERSUBSCRIBE=true)."},
+               "Let allocations that do not fit the memory limit spill into host memory\n"
+               "(slower, never counted on the GPU), up to as much host memory as the limit,\n"
+               "per GPU (sets CUDA_OVERSUBSCRIBE=true)."},
+    OptionSpec{"oversubscribe-host-limit", 0, "SIZE",
+               "With --oversubscribe (implied): the most host memory each GPU's allocations\n"
+               "may spill into (sets CUDA_OVERSUBSCRIBE_HOST_LIMIT). Example: 16GiB"},
     OptionSpec{"ledger", 0, "PATH",
                "Use PATH as the job's shared ledger file instead of a fresh per-run one. Jobs\n"
                "given the same PATH share one budget. vgpu does not remove PATH afterwards.\n"
@@ -229,6 +233,14 @@ std::string ApplyOption(const ParsedOption& option, RunSpec* spec) {
     (name == "ledger" ? spec->ledger_path : spec->library_path) = value;
     return "";
   }
+  if (name == "oversubscribe-host-limit") {
+    std::string why;
+    const std::optional<uint64_t> bytes = ParseMemoryValue(value, &why);
+    if (!bytes) return BadValue(name, value, why);
+    spec->oversubscribe = true;
+    spec->oversubscribe_host_limit = *bytes;
+    return "";
+  }
   if (name == "oversubscribe") spec->oversubscribe = true;
   if (name == "verbose") spec->verbose = true;
   if (name == "help") spec->help = true;
@@ -280,7 +292,7 @@ bool IsInheritedLimitVariable(std::string_view name) {
       "CUDA_CORE_LIMIT",          "CUDA_CORE_SOFT_LIMIT", "WRAPPER_MAX_MEMORY",
   };
   static constexpr std::string_view kExact[] = {
-      "CUDA_OVERSUBSCRIBE",          "CUDA_MEMORY_OVERSUBSCRIBE",  "CUDA_TASK_PRIORITY",
+      "CUDA_OVERSUBSCRIBE",          "CUDA_MEMORY_OVERSUBSCRIBE",  "CUDA_OVERSUBSCRIBE_HOST_LIMIT", "CUDA_TASK_PRIORITY",
       "CUDA_DEVICE_MEMORY_SHARED_CACHE", "GPU_CORE_UTILIZATION_POLICY", "CUDA_DISABLE_CONTROL",
   };
   for (const std::string_view base : kIndexed) {
@@ -328,13 +340,19 @@ ledger::LimitSet RunLimits(const RunSpec& spec) {
   limits.default_memory_limit = spec.memory.all.value_or(0);
   limits.default_sm_limit = sm(spec.compute.all);
   limits.default_sm_soft_limit = spec.soft_compute.all.value_or(0);
+  // Oversubscription: as much host memory as the device limit, unless a host limit is given.
+  const auto host = [&](uint64_t memory) {
+    return !spec.oversubscribe ? 0 : spec.oversubscribe_host_limit != 0 ? spec.oversubscribe_host_limit : memory;
+  };
+  limits.default_host_limit = host(limits.default_memory_limit);
   std::set<int> ordinals;
   for (const auto& [index, value] : spec.memory.device) ordinals.insert(index);
   for (const auto& [index, value] : spec.compute.device) ordinals.insert(index);
   for (const auto& [index, value] : spec.soft_compute.device) ordinals.insert(index);
   for (const int ordinal : ordinals) {
-    limits.devices.push_back({ordinal, "", ValueFor(spec.memory, ordinal).value_or(0), sm(ValueFor(spec.compute, ordinal)),
-                              ValueFor(spec.soft_compute, ordinal).value_or(0)});
+    const uint64_t memory = ValueFor(spec.memory, ordinal).value_or(0);
+    limits.devices.push_back({ordinal, "", memory, sm(ValueFor(spec.compute, ordinal)),
+                              ValueFor(spec.soft_compute, ordinal).value_or(0), host(memory)});
   }
   return limits;
 }
@@ -378,6 +396,9 @@ RunEnvironment BuildRunEnvironment(const RunSpec& spec, const EnvMap& inherited,
   }
   if (spec.priority) set("CUDA_TASK_PRIORITY", std::to_string(*spec.priority));
   if (spec.oversubscribe) set("CUDA_OVERSUBSCRIBE", "true");
+  if (spec.oversubscribe_host_limit != 0) {
+    set("CUDA_OVERSUBSCRIBE_HOST_LIMIT", std::to_string(spec.oversubscribe_host_limit));
+  }
   set("CUDA_DEVICE_MEMORY_SHARED_CACHE", std::string(ledger_path));
   if (spec.verbose) set("LIBCUDA_LOG_LEVEL", "4");
   return out;

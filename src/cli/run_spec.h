@@ -38,6 +38,7 @@ struct RunSpec {
   std::optional<int> priority;        // 0..kMaxTaskPriority, 0 = high
   std::vector<std::string> devices;   // indices or UUIDs; empty = inherit CUDA_VISIBLE_DEVICES
   bool oversubscribe = false;
+  uint64_t oversubscribe_host_limit = 0;  // bytes, >= 1 MiB; 0 = as much as the memory limit
   std::string ledger_path;            // --ledger; empty = a fresh per-run directory
   std::string library_path;           // --library; empty = discover (library_path.h)
   bool verbose = false;
@@ -88,7 +89,7 @@ RunEnvironment BuildRunEnvironment(const RunSpec& spec, const EnvMap& inherited,
 // True for a variable that sets or disables limits in any dialect vgpu reads: the canonical
 // CUDA_DEVICE_MEMORY_LIMIT(_*), CUDA_DEVICE_SM_LIMIT(_*), any CUDA_DEVICE_<X>_LIMIT(_*),
 // CUDA_MEM_LIMIT(_*), CUDA_CORE_LIMIT(_*), CUDA_CORE_SOFT_LIMIT(_*), WRAPPER_MAX_MEMORY(_*),
-// CUDA_OVERSUBSCRIBE, CUDA_MEMORY_OVERSUBSCRIBE, CUDA_TASK_PRIORITY,
+// CUDA_OVERSUBSCRIBE, CUDA_MEMORY_OVERSUBSCRIBE, CUDA_OVERSUBSCRIBE_HOST_LIMIT, CUDA_TASK_PRIORITY,
 // CUDA_DEVICE_MEMORY_SHARED_CACHE, GPU_CORE_UTILIZATION_POLICY, CUDA_DISABLE_CONTROL.
 bool IsInheritedLimitVariable(std::string_view name);
 

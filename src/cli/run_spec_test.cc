@@ -178,6 +178,28 @@ TEST(RunSpecTest, FlagsPathsAndCommand) {
   BuildError("--library", "");
 }
 
+TEST(RunSpecTest, HostLimitImpliesOversubscriptionAndReachesLedgerAndEnvironment) {
+  const RunSpec spec = BuildOk({"--memory", "1GiB,1=2GiB", "--oversubscribe-host-limit", "4GiB"});
+  EXPECT_TRUE(spec.oversubscribe);
+  EXPECT_EQ(spec.oversubscribe_host_limit, 4 * kGiB);
+  const ledger::LimitSet limits = RunLimits(spec);
+  EXPECT_EQ(limits.default_host_limit, 4 * kGiB);
+  ASSERT_EQ(limits.devices.size(), 1u);
+  EXPECT_EQ(limits.devices[0].host_limit, 4 * kGiB);
+  const RunEnvironment job = BuildRunEnvironment(spec, {{"CUDA_OVERSUBSCRIBE_HOST_LIMIT", "1g"}}, "/opt/vgpu/libvgpu.so", "/l");
+  EXPECT_EQ(job.env.at("CUDA_OVERSUBSCRIBE"), "true");
+  EXPECT_EQ(job.env.at("CUDA_OVERSUBSCRIBE_HOST_LIMIT"), std::to_string(4 * kGiB));
+  // Without a host limit each device spills as much as its memory limit; without
+  // oversubscription nothing.
+  const ledger::LimitSet plain = RunLimits(BuildOk({"--memory", "1GiB,1=2GiB", "--oversubscribe"}));
+  EXPECT_EQ(plain.default_host_limit, kGiB);
+  ASSERT_EQ(plain.devices.size(), 1u);
+  EXPECT_EQ(plain.devices[0].host_limit, 2 * kGiB);
+  EXPECT_EQ(RunLimits(BuildOk({"--memory", "1GiB"})).default_host_limit, 0u);
+  BuildError("--oversubscribe-host-limit", "0");
+  BuildError("--oversubscribe-host-limit", "lots");
+}
+
 TEST(RunSpecTest, CommandIsRequiredUnlessHelp) {
   RunSpecResult r = Build({"--memory", "1g"});
   EXPECT_NE(r.error.find("no command given"), std::string::npos) << r.error;
@@ -337,6 +359,9 @@ TEST(RunSpecTest, RunLimitsMatchWhatTheLibraryDerivesFromTheEnvironment) {
       {"--compute", "0=100,1=40", "--priority", "0"},
       {"--devices", "0,1", "--memory", "0=1GiB", "--compute", "100"},
       {"--memory", "3=1GiB", "--soft-compute", "50", "--compute", "20,3=50", "--priority", "7"},
+      {"--memory", "1GiB,2=2GiB", "--oversubscribe"},
+      {"--memory", "1GiB,2=2GiB", "--oversubscribe-host-limit", "6GiB"},
+      {"--memory", "1=2GiB", "--oversubscribe", "--oversubscribe-host-limit", "3GiB"},
   };
   for (const std::vector<std::string>& argv : cases) {
     const RunSpec spec = BuildOk(argv);

@@ -464,6 +464,20 @@ void CheckSoftLimits(DialectReader& reader, const ComputeSources& s, const Confi
   }
 }
 
+// CUDA_OVERSUBSCRIBE_HOST_LIMIT caps what oversubscription may spill; without oversubscription
+// it would silently do nothing, so it is refused.
+void ReadHostSpillLimit(DialectReader& reader, const std::optional<Source<bool>>& oversubscribe, Config* config) {
+  const auto host = reader.ReadOne("CUDA_OVERSUBSCRIBE_HOST_LIMIT", ParseMemoryLimit);
+  if (!host) return;
+  if (!oversubscribe || !oversubscribe->value) {
+    reader.Error(host->variable, host->raw,
+                 "a host spill limit needs memory oversubscription: set CUDA_OVERSUBSCRIBE=true too, "
+                 "or unset this variable");
+    return;
+  }
+  config->oversubscribe_host_limit = host->value;
+}
+
 std::optional<Source<CorePolicy>> ReadScalars(DialectReader& reader, Config* config) {
   const auto policy = reader.ReadOne("GPU_CORE_UTILIZATION_POLICY", ParsePolicy);
   if (policy) config->core_policy = policy->value;
@@ -474,9 +488,9 @@ std::optional<Source<CorePolicy>> ReadScalars(DialectReader& reader, Config* con
   std::vector<Source<bool>> oversubscribe;
   reader.Read("CUDA_OVERSUBSCRIBE", ParseBoolValue, &oversubscribe);
   reader.Read("CUDA_MEMORY_OVERSUBSCRIBE", ParseBoolValue, &oversubscribe);
-  if (auto chosen = reader.Reconcile(oversubscribe, "oversubscription settings", ShowBool)) {
-    config->oversubscribe = chosen->value;
-  }
+  const auto chosen_oversubscribe = reader.Reconcile(oversubscribe, "oversubscription settings", ShowBool);
+  if (chosen_oversubscribe) config->oversubscribe = chosen_oversubscribe->value;
+  ReadHostSpillLimit(reader, chosen_oversubscribe, config);
   if (auto path = reader.ReadOne("CUDA_DEVICE_MEMORY_SHARED_CACHE", ParseLedgerPath)) {
     config->shared_cache_path = std::move(path->value);
   }
@@ -619,6 +633,16 @@ int Config::SmSoftLimit(int device) const {
   return sm_soft_limit_device[device] != 0 ? sm_soft_limit_device[device] : sm_soft_limit;
 }
 
+uint64_t Config::HostSpillLimit(int device) const {
+  if (!oversubscribe || device < 0 || device >= kMaxDevices) return 0;
+  return oversubscribe_host_limit != 0 ? oversubscribe_host_limit : MemoryLimit(device);
+}
+
+uint64_t Config::HostSpillLimitAll() const {
+  if (!oversubscribe) return 0;
+  return oversubscribe_host_limit != 0 ? oversubscribe_host_limit : memory_limit_all;
+}
+
 bool Config::HasAnyMemoryLimit() const {
   for (int i = 0; i < kMaxDevices; ++i) {
     if (MemoryLimit(i) != 0) return true;
@@ -677,7 +701,13 @@ std::string Config::Describe() const {
   AppendLine(&out, "core policy", CorePolicyName(core_policy));
   AppendLine(&out, "task priority",
              std::to_string(task_priority) + (task_priority == 0 ? " (highest)" : ""));
-  if (oversubscribe) AppendLine(&out, "oversubscribe", "yes");
+  if (oversubscribe) {
+    AppendLine(&out, "oversubscribe",
+               "yes, spilling at most " +
+                   (oversubscribe_host_limit != 0 ? ShowBytesLong(oversubscribe_host_limit)
+                                                  : std::string("as much as the memory limit")) +
+                   " of host memory per device");
+  }
   if (!shared_cache_path.empty()) AppendLine(&out, "ledger", shared_cache_path);
   if (!board_path.empty()) AppendLine(&out, "board", board_path);
   for (size_t i = 0; i < device_uuids.size(); ++i) {

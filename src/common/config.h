@@ -11,6 +11,7 @@
 //   core policy           GPU_CORE_UTILIZATION_POLICY (force|disable|default, any case)
 //   task priority         CUDA_TASK_PRIORITY (0 = high)
 //   oversubscribe         CUDA_OVERSUBSCRIBE                            CUDA_MEMORY_OVERSUBSCRIBE
+//   host spill limit      CUDA_OVERSUBSCRIBE_HOST_LIMIT (size; needs oversubscription)
 //   ledger path           CUDA_DEVICE_MEMORY_SHARED_CACHE
 //   node-wide board path  VGPU_BOARD (priorities; docs/compute.md)
 //   device UUIDs          -                                             GPU_DEVICES_UUID (comma-separated)
@@ -92,7 +93,12 @@ struct Config {
   CorePolicy core_policy = CorePolicy::kDefault;
   int task_priority = 1;  // CUDA_TASK_PRIORITY: 0 = high, larger = lower (HAMi-core default 1)
   bool task_priority_set = false;  // CUDA_TASK_PRIORITY was given: take part in priorities
+  // Memory oversubscription: allocations beyond a device's memory limit spill into host memory,
+  // at most oversubscribe_host_limit bytes per device (0 = as much as the device's memory limit).
+  // oversubscribe_host_limit is non-zero only with oversubscribe (validated). Read them through
+  // HostSpillLimit().
   bool oversubscribe = false;
+  uint64_t oversubscribe_host_limit = 0;  // CUDA_OVERSUBSCRIBE_HOST_LIMIT
   std::string shared_cache_path;          // absolute; empty = default chosen by the ledger
   std::string board_path;                 // VGPU_BOARD, absolute; empty = ledger::kDefaultBoardPath
   std::vector<std::string> device_uuids;  // GPU_DEVICES_UUID, in CUDA ordinal order, validated
@@ -102,6 +108,11 @@ struct Config {
   uint64_t MemoryLimit(int device) const;
   int SmLimit(int device) const;
   int SmSoftLimit(int device) const;
+  // Host bytes CUDA ordinal `device` may spill (0 = no spilling): without oversubscription 0,
+  // else oversubscribe_host_limit, else the device's memory limit. HostSpillLimitAll: the same
+  // for devices without a per-device memory limit.
+  uint64_t HostSpillLimit(int device) const;
+  uint64_t HostSpillLimitAll() const;
   bool HasAnyMemoryLimit() const;
   bool HasAnySmLimit() const;
 

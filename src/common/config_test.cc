@@ -167,6 +167,28 @@ std::vector<ValidCase> ValidCases() {
       {"priority max", {{"CUDA_TASK_PRIORITY", "100"}}, [](const Config& c) { EXPECT_EQ(c.task_priority, 100); }},
       {"CUDA_OVERSUBSCRIBE", {{"CUDA_OVERSUBSCRIBE", "true"}}, [](const Config& c) { EXPECT_TRUE(c.oversubscribe); }},
       {"CUDA_MEMORY_OVERSUBSCRIBE", {{"CUDA_MEMORY_OVERSUBSCRIBE", "1"}}, [](const Config& c) { EXPECT_TRUE(c.oversubscribe); }},
+      {"oversubscription spills as much as the memory limit by default",
+       {{"CUDA_OVERSUBSCRIBE", "true"}, {"CUDA_DEVICE_MEMORY_LIMIT", "1g"}, {"CUDA_DEVICE_MEMORY_LIMIT_1", "2g"}},
+       [](const Config& c) {
+         EXPECT_EQ(c.oversubscribe_host_limit, 0u);
+         EXPECT_EQ(c.HostSpillLimit(0), kGiB);
+         EXPECT_EQ(c.HostSpillLimit(1), 2 * kGiB);
+         EXPECT_EQ(c.HostSpillLimitAll(), kGiB);
+       }},
+      {"CUDA_OVERSUBSCRIBE_HOST_LIMIT", {{"CUDA_MEMORY_OVERSUBSCRIBE", "yes"}, {"CUDA_DEVICE_MEMORY_LIMIT", "1g"},
+                                         {"CUDA_OVERSUBSCRIBE_HOST_LIMIT", "4GiB"}},
+       [](const Config& c) {
+         EXPECT_EQ(c.oversubscribe_host_limit, 4 * kGiB);
+         EXPECT_EQ(c.HostSpillLimit(0), 4 * kGiB);
+         EXPECT_EQ(c.HostSpillLimit(15), 4 * kGiB);
+         EXPECT_EQ(c.HostSpillLimit(16), 0u);
+         EXPECT_EQ(c.HostSpillLimitAll(), 4 * kGiB);
+       }},
+      {"no oversubscription, no spilling", {{"CUDA_OVERSUBSCRIBE", "false"}, {"CUDA_DEVICE_MEMORY_LIMIT", "1g"}},
+       [](const Config& c) {
+         EXPECT_EQ(c.HostSpillLimit(0), 0u);
+         EXPECT_EQ(c.HostSpillLimitAll(), 0u);
+       }},
       {"CUDA_DEVICE_MEMORY_SHARED_CACHE", {{"CUDA_DEVICE_MEMORY_SHARED_CACHE", "/tmp/vgpu/a.cache"}},
        [](const Config& c) { EXPECT_EQ(c.shared_cache_path, "/tmp/vgpu/a.cache"); }},
       {"GPU_DEVICES_UUID one", {{"GPU_DEVICES_UUID", kUuidA}},
@@ -290,6 +312,7 @@ std::vector<BadCase> BadCases() {
       {{{"CUDA_CORE_SOFT_LIMIT_2", "101"}}, "CUDA_CORE_SOFT_LIMIT_2", "above 100"},
       {{{"CUDA_OVERSUBSCRIBE", "maybe"}}, "CUDA_OVERSUBSCRIBE", "true or false"},
       {{{"CUDA_MEMORY_OVERSUBSCRIBE", "2"}}, "CUDA_MEMORY_OVERSUBSCRIBE", "true or false"},
+      {{{"CUDA_OVERSUBSCRIBE_HOST_LIMIT", "4GiB"}}, "CUDA_OVERSUBSCRIBE_HOST_LIMIT", "needs memory oversubscription"},
       {{{"CUDA_DISABLE_CONTROL", "yes please"}}, "CUDA_DISABLE_CONTROL", "true or false"},
       {{{"GPU_CORE_UTILIZATION_POLICY", "strict"}}, "GPU_CORE_UTILIZATION_POLICY", "force, disable or default"},
       {{{"GPU_CORE_UTILIZATION_POLICY", "forced"}}, "GPU_CORE_UTILIZATION_POLICY", "force, disable or default"},
@@ -343,6 +366,31 @@ TEST(ParseConfigTest, MalformedValues) {
     if (c.environ_only) {
       EXPECT_TRUE(ParseLookup(c.env).ok());  // a lookup cannot see the name
     }
+  }
+}
+
+TEST(ParseConfigTest, HostSpillLimitIsValidatedAndNeedsOversubscription) {
+  struct Case {
+    Env env;
+    const char* reason_part;
+  };
+  const Case cases[] = {
+      {{{"CUDA_OVERSUBSCRIBE", "true"}, {"CUDA_OVERSUBSCRIBE_HOST_LIMIT", "4x"}}, kSizeExpected},
+      {{{"CUDA_OVERSUBSCRIBE", "true"}, {"CUDA_OVERSUBSCRIBE_HOST_LIMIT", "0"}}, "0 bytes is not allowed"},
+      {{{"CUDA_OVERSUBSCRIBE", "true"}, {"CUDA_OVERSUBSCRIBE_HOST_LIMIT", "-1g"}}, "negative"},
+      {{{"CUDA_OVERSUBSCRIBE", "false"}, {"CUDA_OVERSUBSCRIBE_HOST_LIMIT", "4GiB"}}, "set CUDA_OVERSUBSCRIBE=true too"},
+      {{{"CUDA_MEMORY_OVERSUBSCRIBE", "no"}, {"CUDA_OVERSUBSCRIBE_HOST_LIMIT", "4GiB"}}, "needs memory oversubscription"},
+  };
+  for (const Case& c : cases) {
+    const std::string value = c.env.at("CUDA_OVERSUBSCRIBE_HOST_LIMIT");
+    SCOPED_TRACE(value);
+    const ConfigResult result = Parse(c.env);
+    ASSERT_EQ(result.errors.size(), 1u) << Messages(result.errors);
+    EXPECT_EQ(result.errors[0].variable, "CUDA_OVERSUBSCRIBE_HOST_LIMIT");
+    EXPECT_EQ(result.errors[0].value, value);
+    EXPECT_NE(result.errors[0].reason.find(c.reason_part), std::string::npos) << result.errors[0].reason;
+    EXPECT_EQ(result.errors[0].Message().rfind("vgpu: invalid CUDA_OVERSUBSCRIBE_HOST_LIMIT=\"" + value + "\"", 0), 0u)
+        << result.errors[0].Message();
   }
 }
 
@@ -536,13 +584,20 @@ TEST(DescribeTest, FullConfiguration) {
   ExpectContainsLine(text, "soft compute limit: 60% on every device");
   ExpectContainsLine(text, "core policy: default");
   ExpectContainsLine(text, "task priority: 0 (highest)");
-  ExpectContainsLine(text, "oversubscribe: yes");
+  ExpectContainsLine(text, "oversubscribe: yes, spilling at most as much as the memory limit of host memory per device");
   ExpectContainsLine(text, "ledger: /tmp/vgpu/x.cache");
   ExpectContainsLine(text, std::string("device 0 uuid: ") + kUuidA);
   ExpectContainsLine(text, std::string("device 1 uuid: ") + kUuidB);
   ExpectContainsLine(text, "log level: info");
   EXPECT_EQ(text.find("memory limit on device 0"), std::string::npos);
   EXPECT_EQ(text.back(), '\n');
+}
+
+TEST(DescribeTest, HostSpillLimit) {
+  const ConfigResult result = Parse({{"CUDA_OVERSUBSCRIBE", "1"}, {"CUDA_OVERSUBSCRIBE_HOST_LIMIT", "3g"}});
+  ASSERT_TRUE(result.ok()) << Messages(result.errors);
+  ExpectContainsLine(result.config.Describe(),
+                     "oversubscribe: yes, spilling at most 3 GiB (3221225472 bytes) of host memory per device");
 }
 
 TEST(DescribeTest, DefaultsAndPerDeviceOnly) {
@@ -613,7 +668,7 @@ TEST(ConfigFuzzTest, RandomSizesAndValues) {
   static const char* const kNames[] = {
       "CUDA_DEVICE_MEMORY_LIMIT", "CUDA_DEVICE_MEMORY_LIMIT_0", "CUDA_MEM_LIMIT_1", "WRAPPER_MAX_MEMORY",
       "CUDA_DEVICE_SM_LIMIT", "CUDA_CORE_LIMIT_2", "CUDA_CORE_SOFT_LIMIT", "CUDA_OVERSUBSCRIBE",
-      "GPU_CORE_UTILIZATION_POLICY", "CUDA_TASK_PRIORITY", "LIBCUDA_LOG_LEVEL", "LOGGER_LEVEL",
+      "CUDA_OVERSUBSCRIBE_HOST_LIMIT", "GPU_CORE_UTILIZATION_POLICY", "CUDA_TASK_PRIORITY", "LIBCUDA_LOG_LEVEL", "LOGGER_LEVEL",
       "CUDA_DISABLE_CONTROL", "GPU_DEVICES_UUID", "CUDA_DEVICE_MEMORY_SHARED_CACHE", "CUDA_DEVICE_SM_LIMIT_17"};
   std::mt19937_64 rng(20240611);
   int accepted_sizes = 0, accepted_configs = 0;

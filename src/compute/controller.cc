@@ -190,13 +190,23 @@ void Controller::UpdateCorrection(const Sample& sample, Mode mode, int64_t now) 
   if (settled && sample.saturated && (error >= 0 || !owed)) {
     double ki = have_reference ? options_.ki_reference : options_.ki;
     integral += ki * error * (static_cast<double>(sample.dt_ns) / 1e9);
-    integral = std::clamp(integral, options_.min_correction, options_.max_correction);
+    integral = std::clamp(integral, options_.min_correction, MaxCorrection(target, have_reference));
     proportional = options_.kp * error;
   }
   state_->integral_ppm.store(static_cast<int32_t>(std::lround(integral * 1e6)), kRelaxed);
-  double correction = std::clamp(integral + proportional, options_.min_correction,
-                                 options_.max_correction);
+  integral = std::min(integral, MaxCorrection(target, have_reference));  // also after a limit change
+  double correction =
+      std::clamp(integral + proportional, options_.min_correction, MaxCorrection(target, have_reference));
   state_->rate_ppm.store(static_cast<uint32_t>(LimitedRate(target, correction)), kRelaxed);
+}
+
+// Regulating the event-measured share, the rate never exceeds target + max_headroom * (1 - target):
+// a wound-up integral must not turn a high limit into no limit (PyTorch training at 90% ran at 99%
+// on the H200 before this bound). An independent reference may correct a biased sensor further.
+double Controller::MaxCorrection(int32_t target, bool have_reference) const {
+  if (have_reference || target <= 0 || target >= kFullShare) return options_.max_correction;
+  const double headroom = options_.max_headroom * (kFullShare - target) / target;
+  return std::min(options_.max_correction, headroom);
 }
 
 void Controller::ReadSignals(int64_t now) {

@@ -80,6 +80,8 @@ struct ControllerOptions {
   double ki_reference = 3.0;                    // ... when a reference share is available
   double min_correction = -0.5;                 // rate stays within target * [1+min, 1+max]
   double max_correction = 2.0;
+  double max_headroom = 0.25;                   // ... and below target + this * (1 - target)
+                                                // (without a reference signal)
   int64_t settle_ns = 500'000'000;              // no feedback this long after a mode change or
                                                 // a restart of the measurement
   int32_t others_idle_ppm = 100'000;            // OthersBusy below 10%: the GPU is otherwise idle
@@ -139,6 +141,7 @@ class Controller {
   Mode DecideMode(int64_t now, Mode current);
   bool HigherPriorityActive(int64_t now) const;
   int32_t TargetPpm(Mode mode) const;
+  double MaxCorrection(int32_t target, bool have_reference) const;
   void EnterMode(Mode mode, int64_t now);
   void UpdateCorrection(const Sample& sample, Mode mode, int64_t now);
   int32_t CurrentRatePpm() const;

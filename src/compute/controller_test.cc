@@ -279,3 +279,28 @@ TEST(ControllerTest, NoWindupWhileTheWorkloadWantsLessThanItsShare) {
 
 }  // namespace
 }  // namespace vgpu::compute
+
+namespace vgpu::compute {
+namespace {
+
+// A share sensor that reads half of what is charged (a saturated container that looks
+// half-busy) winds the integral up; without a reference it must not reach 100% (no limit at all):
+// the rate stays at or below target + 25% of the headroom, yet above the target (it corrects).
+TEST(ControllerTest, WithoutReferenceTheRateStaysWithinTheHeadroomBound) {
+  for (int target : {30, 90}) {
+    ComputeShareState state{};
+    Controller c(&state, nullptr, nullptr, ControllerOptions(), Limits(target));
+    for (int64_t t = kStart; t < kStart + 6 * kSec; t += 100 * kUs) {
+      if (c.AdmitDelayNs(t) != 0) continue;
+      c.Charge(100 * kUs, t);
+      c.AddMeasured(50 * kUs);
+    }
+    const int32_t rate = c.Snapshot(kStart + 6 * kSec).rate_ppm;
+    const double bound = target * 1e4 + 0.25 * (1e6 - target * 1e4);
+    EXPECT_LE(rate, bound + 1) << target;
+    EXPECT_GT(rate, target * 1e4 + 1000) << target << ": the loop still corrects upwards";
+  }
+}
+
+}  // namespace
+}  // namespace vgpu::compute

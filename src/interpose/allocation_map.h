@@ -21,6 +21,7 @@ enum class AllocKind : uint8_t {
   kPoolBlock,   // cuMemAllocAsync / FromPoolAsync: charged through its pool, not per block
   kArray,       // cuArrayCreate, cuArray3DCreate, cuMipmappedArrayCreate
   kGraph,       // memory-allocation nodes of an instantiated graph
+  kSpilled,     // oversubscription: host-resident managed memory, charged to the host budget
 };
 
 struct AllocRecord {

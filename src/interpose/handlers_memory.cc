@@ -1,5 +1,7 @@
 // Handlers for the device-memory allocation paths: reserve-then-allocate against the ledger,
 // roll back when the driver fails, record what was charged so the free returns exactly that.
+// Under oversubscription cuMemAlloc_v2 and cuMemAllocManaged spill what does not fit the device
+// into host memory (memory_spill.h); the other paths are refused as before.
 //
 // When accounting is disabled (no memory limit, no ledger) each handler is one relaxed load
 // away from the plain forwarder.
@@ -7,12 +9,14 @@
 
 #include <algorithm>
 #include <optional>
+#include <type_traits>
 
 #include "interpose/allocation_map.h"
 #include "interpose/handlers.h"
 #include "interpose/loader.h"
 #include "interpose/memory_accounting.h"
 #include "interpose/memory_pools.h"
+#include "interpose/memory_spill.h"
 
 namespace vgpu::hooks {
 namespace {
@@ -21,14 +25,38 @@ using memory::AllocKind;
 using memory::AllocRecord;
 using memory::KeySpace;
 
+// What a path does with an allocation that does not fit the device: NoSpill refuses it; a
+// Spill serves it from host memory when the device may spill (memory_spill.h) and tracks it.
+struct NoSpill {
+  CUresult operator()(int /*device*/) const { return CUDA_ERROR_OUT_OF_MEMORY; }
+};
+
+struct Spill {
+  uint64_t bytes;
+  CUdeviceptr* dptr;
+  CUresult operator()(int device) const {
+    if (!memory::SpillAllowed(device)) return CUDA_ERROR_OUT_OF_MEMORY;
+    const CUresult result = memory::SpillAllocate(device, bytes, dptr);
+    if (result == CUDA_SUCCESS) {
+      memory::Track(KeySpace::kPointer, static_cast<uint64_t>(*dptr), AllocRecord{device, AllocKind::kSpilled, bytes, 0});
+    }
+    return result;
+  }
+};
+
 // Charges `bytes` on the current device, runs `allocate`, tracks the result under `key()`.
-// `allocate` returns the driver's result; `key` is read only after success.
-template <typename Allocate, typename KeyOf>
-CUresult ChargeCurrent(uint64_t bytes, AllocKind kind, KeySpace space, Allocate allocate, KeyOf key) {
+// `allocate` returns the driver's result; `key` is read only after success. What the limit
+// refuses, or the driver refuses for lack of memory, goes to `spill`.
+template <typename Allocate, typename KeyOf, typename SpillFn = NoSpill>
+CUresult ChargeCurrent(uint64_t bytes, AllocKind kind, KeySpace space, Allocate allocate, KeyOf key,
+                       SpillFn spill = {}) {
   const int device = memory::CurrentDevice();
   if (device < 0) return allocate();  // no context: the driver answers as it would without us
   memory::MaybeReconcile(device);
-  if (!memory::Reserve(device, bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
+  constexpr bool kMaySpill = !std::is_same_v<SpillFn, NoSpill>;
+  // A refusal that will spill is logged by the spill (a lock-free load decides).
+  const bool may_spill = kMaySpill && memory::HostLimit(device) != 0;
+  if (!memory::Reserve(device, bytes, !may_spill)) return spill(device);
   memory::NoteInflight(device, static_cast<int64_t>(bytes));
   const CUresult result = allocate();
   if (result != CUDA_SUCCESS) {
@@ -37,6 +65,7 @@ CUresult ChargeCurrent(uint64_t bytes, AllocKind kind, KeySpace space, Allocate 
     memory::Track(space, key(), AllocRecord{device, kind, bytes, 0});
   }
   memory::NoteInflight(device, -static_cast<int64_t>(bytes));
+  if (kMaySpill && result == CUDA_ERROR_OUT_OF_MEMORY) return spill(device);  // the GPU itself is full
   return result;
 }
 
@@ -46,13 +75,16 @@ template <typename Free>
 CUresult FreeTracked(KeySpace space, uint64_t key, Free free_fn) {
   std::optional<AllocRecord> record = memory::Take(space, key);
   if (!record) return free_fn();
-  const auto inflight = static_cast<int64_t>(record->bytes);
+  // Device bytes being freed stay visible to NVML until the driver returns; spilled ones never were.
+  const auto inflight = record->kind == AllocKind::kSpilled ? 0 : static_cast<int64_t>(record->bytes);
   memory::NoteInflight(record->device, inflight);
   const CUresult result = free_fn();
   if (result != CUDA_SUCCESS) {
     memory::Track(space, key, *record);  // still allocated
   } else if (record->kind == AllocKind::kPoolBlock) {
     memory::RefreshPool(reinterpret_cast<CUmemoryPool>(record->aux));
+  } else if (record->kind == AllocKind::kSpilled) {
+    memory::ReleaseSpill(record->device, static_cast<CUdeviceptr>(key), record->bytes);
   } else {
     memory::Release(record->device, record->bytes);
   }
@@ -67,9 +99,11 @@ CUresult hook_cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
   if (real == nullptr) return MissingCudaEntry(kHook_cuMemAlloc_v2);
   if (!memory::Enabled() || dptr == nullptr) return real(dptr, bytesize);
   return ChargeCurrent(bytesize, AllocKind::kDevice, KeySpace::kPointer,
-                       [&] { return real(dptr, bytesize); }, [&] { return static_cast<uint64_t>(*dptr); });
+                       [&] { return real(dptr, bytesize); }, [&] { return static_cast<uint64_t>(*dptr); },
+                       Spill{bytesize, dptr});
 }
 
+// The v1 ABI returns 32-bit pointers, which managed memory cannot promise: it never spills.
 CUresult hook_cuMemAlloc(DevicePtrV1* dptr, unsigned int bytesize) {
   auto real = RealCudaAs<Pfn_cuMemAlloc>(kHook_cuMemAlloc);
   if (real == nullptr) return MissingCudaEntry(kHook_cuMemAlloc);
@@ -141,9 +175,11 @@ CUresult hook_cuMemAllocManaged(CUdeviceptr* dptr, size_t bytesize, unsigned int
   if (real == nullptr) return MissingCudaEntry(kHook_cuMemAllocManaged);
   if (!memory::Enabled() || dptr == nullptr) return real(dptr, bytesize, flags);
   // Managed memory can migrate to the device in full: it is charged to the current device.
+  // Under oversubscription what does not fit is kept on the host instead (its attach flags
+  // then do not matter: spilling devices have concurrent managed access).
   return ChargeCurrent(bytesize, AllocKind::kManaged, KeySpace::kPointer,
                        [&] { return real(dptr, bytesize, flags); },
-                       [&] { return static_cast<uint64_t>(*dptr); });
+                       [&] { return static_cast<uint64_t>(*dptr); }, Spill{bytesize, dptr});
 }
 
 // --- arrays -------------------------------------------------------------------------------------

@@ -184,7 +184,7 @@ int CurrentDevice() {
   return DeviceForOrdinal(static_cast<int>(dev));
 }
 
-bool Reserve(int device, uint64_t bytes) {
+bool Reserve(int device, uint64_t bytes, bool log_refusal) {
   State& s = S();
   const int slot = s.slot.load(std::memory_order_relaxed);
   if (s.ledger->TryReserve(slot, device, bytes)) return true;
@@ -193,14 +193,29 @@ bool Reserve(int device, uint64_t bytes) {
   RefreshAllPools();
   Reconcile(device);
   if (s.ledger->TryReserve(slot, device, bytes)) return true;
-  VGPU_INFO("refused %" PRIu64 " bytes on ledger device %d: %" PRIu64 " of %" PRIu64 " in use",
-            bytes, device, s.ledger->DeviceUsed(device), s.ledger->MemoryLimit(device));
+  if (log_refusal) {
+    VGPU_INFO("refused %" PRIu64 " bytes on ledger device %d: %" PRIu64 " of %" PRIu64 " in use",
+              bytes, device, s.ledger->DeviceUsed(device), s.ledger->MemoryLimit(device));
+  }
   return false;
 }
 
 void Release(int device, uint64_t bytes) {
   State& s = S();
   s.ledger->Release(s.slot.load(std::memory_order_relaxed), device, bytes);
+}
+
+uint64_t HostLimit(int device) { return S().ledger->HostLimit(device); }
+uint64_t Spilled(int device) { return S().ledger->DeviceSpilled(device); }
+
+bool ReserveHost(int device, uint64_t bytes) {
+  State& s = S();
+  return s.ledger->TrySpill(s.slot.load(std::memory_order_relaxed), device, bytes);
+}
+
+void ReleaseHost(int device, uint64_t bytes) {
+  State& s = S();
+  s.ledger->ReleaseSpill(s.slot.load(std::memory_order_relaxed), device, bytes);
 }
 
 uint64_t Limit(int device) { return S().ledger->MemoryLimit(device); }

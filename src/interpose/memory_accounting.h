@@ -38,9 +38,18 @@ int CurrentDevice();
 // Ledger device for a CUDA ordinal, or -1.
 int DeviceForOrdinal(int ordinal);
 
-// Charges `bytes` on `device`; false = over the limit (a refusal was counted and logged).
-bool Reserve(int device, uint64_t bytes);
+// Charges `bytes` on `device`; false = over the limit (a refusal was counted, and logged at
+// info level when `log_refusal`; a caller that spills instead logs what it does).
+bool Reserve(int device, uint64_t bytes, bool log_refusal = true);
 void Release(int device, uint64_t bytes);
+
+// The host budget of oversubscription (memory_spill.h): the ledger's host limit of `device`
+// (0 = it does not spill), and charging / returning spilled bytes against it. ReserveHost does
+// not log; false = the host limit is reached (a spill refusal was counted).
+uint64_t HostLimit(int device);
+uint64_t Spilled(int device);
+bool ReserveHost(int device, uint64_t bytes);
+void ReleaseHost(int device, uint64_t bytes);
 
 // Bytes this process has charged on `device` that NVML cannot see yet (reserved while the driver
 // call has not returned, or being freed), so reconciliation does not mistake them for missing

@@ -11,6 +11,7 @@
 #include "interpose/handlers.h"
 #include "interpose/loader.h"
 #include "interpose/memory_accounting.h"
+#include "interpose/memory_spill.h"
 
 namespace vgpu::memory {
 namespace {
@@ -175,7 +176,15 @@ CUresult AllocAsync(HookId id, bool per_thread, CUdeviceptr* dptr, size_t bytesi
     return call();
   }
   MaybeReconcile(device);
-  return AllocateFromPool(pool, device, dptr, bytesize, call, stream);
+  const CUresult result = AllocateFromPool(pool, device, dptr, bytesize, call, stream);
+  if (result != CUDA_ERROR_OUT_OF_MEMORY || bytesize == 0 || !SpillAllowed(device)) return result;
+  // Oversubscription: managed memory is usable at once, which satisfies stream order; its free
+  // (FreeAsync) waits for the stream before returning it.
+  const CUresult spilled = SpillAllocate(device, bytesize, dptr);
+  if (spilled == CUDA_SUCCESS) {
+    Track(KeySpace::kPointer, static_cast<uint64_t>(*dptr), AllocRecord{device, AllocKind::kSpilled, bytesize, 0});
+  }
+  return spilled;
 }
 
 }  // namespace
@@ -214,13 +223,36 @@ CUresult hook_cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, C
 
 namespace {
 
-CUresult FreeAsync(HookId id, CUdeviceptr dptr, CUstream stream) {
+// A spilled block (managed memory standing in for a pool block) is freed once the work queued
+// before the free on its stream is done: synchronize, then cuMemFree. A capturing stream cannot
+// be synchronized: the driver gets the call and answers it.
+CUresult FreeSpilledAsync(CUresult (*real)(CUdeviceptr, CUstream), bool per_thread, const memory::AllocRecord& record,
+                          CUdeviceptr dptr, CUstream stream) {
+  auto free = RealCudaAs<Pfn_cuMemFree_v2>(kHook_cuMemFree_v2);
+  const CUstream target = (per_thread && stream == nullptr) ? CU_STREAM_PER_THREAD : stream;
+  CUresult result;
+  if (memory::Capturing(stream, per_thread) || free == nullptr || g_cuda.cuStreamSynchronize == nullptr) {
+    result = real(dptr, stream);
+  } else {
+    result = g_cuda.cuStreamSynchronize(target);
+    if (result == CUDA_SUCCESS) result = free(dptr);
+  }
+  if (result == CUDA_SUCCESS) {
+    memory::ReleaseSpill(record.device, dptr, record.bytes);
+  } else {
+    memory::Track(memory::KeySpace::kPointer, dptr, record);
+  }
+  return result;
+}
+
+CUresult FreeAsync(HookId id, bool per_thread, CUdeviceptr dptr, CUstream stream) {
   auto real = reinterpret_cast<Pfn_cuMemFreeAsync>(RealCuda(id));
   if (real == nullptr) return MissingCudaEntry(id);
   if (!memory::Enabled()) return real(dptr, stream);
   // The block returns to its pool; the pool's reserve (the charge) changes only when the pool
   // releases memory, which the next refresh observes.
   std::optional<memory::AllocRecord> record = memory::Take(memory::KeySpace::kPointer, dptr);
+  if (record && record->kind == memory::AllocKind::kSpilled) return FreeSpilledAsync(real, per_thread, *record, dptr, stream);
   const CUresult result = real(dptr, stream);
   if (record && result != CUDA_SUCCESS) memory::Track(memory::KeySpace::kPointer, dptr, *record);
   if (record && result == CUDA_SUCCESS && record->kind != memory::AllocKind::kPoolBlock) {
@@ -232,10 +264,10 @@ CUresult FreeAsync(HookId id, CUdeviceptr dptr, CUstream stream) {
 }  // namespace
 
 CUresult hook_cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) {
-  return FreeAsync(kHook_cuMemFreeAsync, dptr, hStream);
+  return FreeAsync(kHook_cuMemFreeAsync, false, dptr, hStream);
 }
 CUresult hook_cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream) {
-  return FreeAsync(kHook_cuMemFreeAsync_ptsz, dptr, hStream);
+  return FreeAsync(kHook_cuMemFreeAsync_ptsz, true, dptr, hStream);
 }
 
 CUresult hook_cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep) {

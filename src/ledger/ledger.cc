@@ -127,6 +127,11 @@ struct Ledger::Impl {
 
   bool Writable() const { return !read_only && file != nullptr; }
 
+  // TryReserve / TrySpill and Release / ReleaseSpill: one budget's admission protocol.
+  bool Admit(internal::Admission (*admit)(File*, int, int, uint64_t), uint64_t format::DeviceRecord::*refusals,
+             int slot, int device, uint64_t bytes);
+  void GiveBack(bool (*give_back)(File*, int, int, uint64_t), const char* what, int slot, int device, uint64_t bytes);
+
   static std::unique_ptr<Impl> OpenWritable(const std::string& path, const LimitSet* create_with, mode_t mode,
                                             bool* created, LedgerStatus* status);
   LedgerStatus MapAndReconcile();
@@ -340,6 +345,11 @@ uint64_t Ledger::MemoryLimit(int device) const {
   return impl_->file->devices[device].memory_limit.load(kRelaxed);
 }
 
+uint64_t Ledger::HostLimit(int device) const {
+  if (device < 0 || device >= kLedgerMaxDevices) return 0;
+  return impl_->file->devices[device].host_limit.load(kRelaxed);
+}
+
 int Ledger::SmLimit(int device) const {
   if (device < 0 || device >= kLedgerMaxDevices) return 0;
   return static_cast<int>(impl_->file->devices[device].sm_limit.load(kRelaxed));
@@ -377,30 +387,53 @@ LimitSet Ledger::Limits() const {
   return limits;
 }
 
-bool Ledger::TryReserve(int slot, int device, uint64_t bytes) {
-  Impl& m = *impl_;
-  if (!m.Writable() || !m.Lock(true)) return false;
-  Admission admission = internal::ReserveLocked(m.file, slot, device, bytes);
+namespace {
+
+using AdmitFn = Admission (*)(File*, int, int, uint64_t);
+using GiveBackFn = bool (*)(File*, int, int, uint64_t);
+
+}  // namespace
+
+// Admission with one retry after reclaiming dead processes; `refusals` counts a final refusal.
+bool Ledger::Impl::Admit(AdmitFn admit, uint64_t format::DeviceRecord::*refusals, int slot, int device,
+                         uint64_t bytes) {
+  if (!Writable() || !Lock(true)) return false;
+  Admission admission = admit(file, slot, device, bytes);
   if (admission == Admission::kRefused) {
     // Dead processes may hold what this one needs: reclaim now rather than at the next interval.
-    const uint64_t before = m.file->header.reclaimed_processes;
-    m.Reclaim();
-    if (m.file->header.reclaimed_processes != before) admission = internal::ReserveLocked(m.file, slot, device, bytes);
-    if (admission == Admission::kRefused) ++m.file->devices[device].oom_refusals;
+    const uint64_t before = file->header.reclaimed_processes;
+    Reclaim();
+    if (file->header.reclaimed_processes != before) admission = admit(file, slot, device, bytes);
+    if (admission == Admission::kRefused) ++(file->devices[device].*refusals);
   }
-  m.Unlock();
+  Unlock();
   return admission == Admission::kAdmitted;
 }
 
-void Ledger::Release(int slot, int device, uint64_t bytes) {
-  Impl& m = *impl_;
-  if (!m.Writable() || !m.Lock(true)) return;
-  const bool exact = internal::ReleaseLocked(m.file, slot, device, bytes);
-  m.Unlock();
+void Ledger::Impl::GiveBack(GiveBackFn give_back, const char* what, int slot, int device, uint64_t bytes) {
+  if (!Writable() || !Lock(true)) return;
+  const bool exact = give_back(file, slot, device, bytes);
+  Unlock();
   if (!exact) {
-    m.Fail("release of " + std::to_string(bytes) + " bytes on device " + std::to_string(device) + " by slot " +
-           std::to_string(slot) + " exceeds what the slot holds (or the slot/device is invalid)");
+    Fail(std::string(what) + " of " + std::to_string(bytes) + " bytes on device " + std::to_string(device) +
+         " by slot " + std::to_string(slot) + " exceeds what the slot holds (or the slot/device is invalid)");
   }
+}
+
+bool Ledger::TryReserve(int slot, int device, uint64_t bytes) {
+  return impl_->Admit(internal::ReserveLocked, &format::DeviceRecord::oom_refusals, slot, device, bytes);
+}
+
+void Ledger::Release(int slot, int device, uint64_t bytes) {
+  impl_->GiveBack(internal::ReleaseLocked, "release", slot, device, bytes);
+}
+
+bool Ledger::TrySpill(int slot, int device, uint64_t bytes) {
+  return impl_->Admit(internal::SpillLocked, &format::DeviceRecord::spill_refusals, slot, device, bytes);
+}
+
+void Ledger::ReleaseSpill(int slot, int device, uint64_t bytes) {
+  impl_->GiveBack(internal::ReleaseSpillLocked, "release of spilled memory", slot, device, bytes);
 }
 
 void Ledger::SetOverhead(int slot, int device, uint64_t bytes) {
@@ -423,6 +456,16 @@ uint64_t Ledger::SlotCharged(int slot, int device) const {
 uint64_t Ledger::SlotOverhead(int slot, int device) const {
   if (slot < 0 || slot >= kLedgerMaxProcesses || device < 0 || device >= kLedgerMaxDevices) return 0;
   return impl_->file->slots[slot].overhead[device].load(kRelaxed);
+}
+
+uint64_t Ledger::DeviceSpilled(int device) const {
+  if (device < 0 || device >= kLedgerMaxDevices) return 0;
+  return impl_->file->devices[device].spilled.load(kRelaxed);
+}
+
+uint64_t Ledger::SlotSpilled(int slot, int device) const {
+  if (slot < 0 || slot >= kLedgerMaxProcesses || device < 0 || device >= kLedgerMaxDevices) return 0;
+  return impl_->file->slots[slot].spilled[device].load(kRelaxed);
 }
 
 int Ledger::ReclaimDead() {

@@ -15,6 +15,10 @@
 //     reused pid never inherits a dead process's charges.
 //   - Admission is reserve-then-allocate: TryReserve() atomically checks and charges under the
 //     ledger lock; the caller releases if the real allocation fails.
+//   - Oversubscription: a device with a host limit (> 0) lets allocations that do not fit its
+//     memory limit spill into host memory. Spilled bytes are a second budget per device,
+//     admitted the same way (TrySpill / ReleaseSpill) and never counted in `used`: the device
+//     limit stays hard. A host limit of 0 means the device does not spill.
 //   - The lock is a process-shared robust mutex in the file. A process killed while holding it
 //     leaves it "owner dead"; the next locker recomputes every device total from the live slots
 //     (the totals are redundant sums, so recovery is exact).
@@ -31,7 +35,8 @@
 // Thread safety: a Ledger object may be used from any number of threads; all mutation happens
 // under the shared robust mutex. Read() takes the lock briefly (a read-only ledger reads the file
 // with pread instead and never locks). MemoryLimit, SmLimit, SmSoftLimit, TaskPriority,
-// DeviceUsed, SlotCharged and SlotOverhead are lock-free loads (no syscall, no lock).
+// DeviceUsed, SlotCharged, SlotOverhead, HostLimit, DeviceSpilled and SlotSpilled are lock-free
+// loads (no syscall, no lock).
 // Errors are values (LedgerStatus); nothing here throws or exits.
 //
 // Hot path cost: TryReserve / Release / SetOverhead take the lock once (an uncontended lock is
@@ -83,6 +88,7 @@ struct DeviceLimit {
   uint64_t memory_limit = 0;  // bytes, 0 = unlimited
   int sm_limit = 0;           // percent, 0 = unlimited
   int sm_soft_limit = 0;      // percent, 0 = none
+  uint64_t host_limit = 0;    // bytes that may spill to host memory (oversubscription), 0 = none
 };
 
 struct LimitSet {
@@ -93,6 +99,7 @@ struct LimitSet {
   int default_sm_soft_limit = 0;
   int task_priority = 1;             // 0..100 (kMaxTaskPriority), 0 = high
   std::vector<DeviceLimit> devices;  // at most kLedgerMaxDevices
+  uint64_t default_host_limit = 0;   // host spill limit of ordinals not listed (0 = no spilling)
 };
 
 // "" when `limits` is valid (see DeviceLimit), else what is wrong with it.
@@ -119,6 +126,11 @@ struct DeviceUsage {
   int32_t share_ppm = 0;          // measured busy share, moving average, parts per million
   uint64_t busy_ns = 0;           // GPU busy time measured for the container's kernels
   uint64_t throttled_ns = 0;      // time launches were held back
+  // Oversubscription (host memory standing in for device memory; not part of `used`):
+  uint64_t host_limit = 0;        // 0 = the device does not spill
+  uint64_t spilled = 0;           // host bytes spilled by live processes
+  uint64_t spill_peak = 0;        // highest `spilled` ever admitted
+  uint64_t spill_refusals = 0;    // spills refused at the host limit
 };
 
 struct ProcessUsage {
@@ -128,6 +140,7 @@ struct ProcessUsage {
   bool alive = false;        // liveness checked when the snapshot was taken (see ReclaimDead)
   uint64_t charged[kLedgerMaxDevices] = {};   // allocations
   uint64_t overhead[kLedgerMaxDevices] = {};  // context/module memory from NVML reconciliation
+  uint64_t spilled[kLedgerMaxDevices] = {};   // host-backed allocations (oversubscription)
   int slot = -1;
 };
 
@@ -140,6 +153,7 @@ struct Snapshot {
   uint64_t default_memory_limit = 0;  // limits of devices not (yet) in `devices`
   int default_sm_limit = 0;
   int default_sm_soft_limit = 0;
+  uint64_t default_host_limit = 0;
   uint64_t created_unix_ns = 0;
   uint64_t lock_recoveries = 0;      // times a locker found the lock's owner dead
   uint64_t reclaimed_processes = 0;  // dead processes whose charges were reclaimed
@@ -184,6 +198,7 @@ class Ledger {
   // Limits of a bound device (0 = unlimited / none). REQUIRES: 0 <= device < DeviceCount()
   // (out of range yields 0; TryReserve refuses such a device).
   uint64_t MemoryLimit(int device) const;
+  uint64_t HostLimit(int device) const;  // host spill limit, 0 = the device does not spill
   int SmLimit(int device) const;
   int SmSoftLimit(int device) const;
   int TaskPriority() const;
@@ -207,11 +222,21 @@ class Ledger {
   // past the limit, since the memory already exists — it is reported, and refuses new charges).
   void SetOverhead(int slot, int device, uint64_t bytes);
 
+  // The host budget of oversubscription, admitted like TryReserve/Release: charges `bytes` of
+  // spilled (host-backed) memory to `slot` on `device` if the device's spilled total stays within
+  // its host limit (a host limit of 0 admits nothing); otherwise reclaims dead processes, retries
+  // once, and if still refused returns false and counts a spill refusal. Never touches `used`.
+  bool TrySpill(int slot, int device, uint64_t bytes);
+  void ReleaseSpill(int slot, int device, uint64_t bytes);
+
   // Total charged on the device by every live process (allocations + overhead), the slot's
   // own allocations, and its overhead.
   uint64_t DeviceUsed(int device) const;
   uint64_t SlotCharged(int slot, int device) const;
   uint64_t SlotOverhead(int slot, int device) const;
+  // Host bytes spilled on the device by every live process, and by the slot.
+  uint64_t DeviceSpilled(int device) const;
+  uint64_t SlotSpilled(int slot, int device) const;
 
   // Reclaims the charges of dead processes now; returns how many slots were reclaimed.
   int ReclaimDead();

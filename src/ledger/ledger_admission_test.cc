@@ -99,6 +99,58 @@ TEST_F(LedgerAdmissionTest, OverheadCountsAgainstTheLimit) {
   EXPECT_FALSE(ledger_->TryReserve(slot_, device_, 1));
 }
 
+// Oversubscription: spilled (host) bytes are a budget of their own, capped by the host limit,
+// never part of `used`, so the device limit stays hard.
+TEST_F(LedgerAdmissionTest, SpillHasItsOwnBudgetAndNeverTouchesDeviceUsage) {
+  LimitSet limits = testing::Uniform(kMiB);
+  limits.default_host_limit = 4 * kMiB;
+  Open(limits);
+  EXPECT_EQ(ledger_->HostLimit(device_), 4 * kMiB);
+  ASSERT_TRUE(ledger_->TryReserve(slot_, device_, kMiB));
+  EXPECT_FALSE(ledger_->TryReserve(slot_, device_, 1));
+  EXPECT_TRUE(ledger_->TrySpill(slot_, device_, 3 * kMiB));
+  EXPECT_TRUE(ledger_->TrySpill(slot_, device_, kMiB));       // exactly at the host limit
+  EXPECT_FALSE(ledger_->TrySpill(slot_, device_, 1));         // one byte more
+  EXPECT_FALSE(ledger_->TrySpill(slot_, device_, ~uint64_t{0}));
+  EXPECT_TRUE(ledger_->TrySpill(slot_, device_, 0));
+  EXPECT_EQ(ledger_->DeviceSpilled(device_), 4 * kMiB);
+  EXPECT_EQ(ledger_->SlotSpilled(slot_, device_), 4 * kMiB);
+  EXPECT_EQ(ledger_->DeviceUsed(device_), kMiB);               // the device figure is untouched
+  EXPECT_EQ(ledger_->SlotCharged(slot_, device_), kMiB);
+  Snapshot snapshot = ledger_->Read();
+  EXPECT_EQ(Usage(snapshot, device_).spilled, 4 * kMiB);
+  EXPECT_EQ(Usage(snapshot, device_).spill_peak, 4 * kMiB);
+  EXPECT_EQ(Usage(snapshot, device_).spill_refusals, 2u);
+  EXPECT_EQ(Usage(snapshot, device_).oom_refusals, 1u);        // counted apart
+  EXPECT_EQ(Usage(snapshot, device_).host_limit, 4 * kMiB);
+  EXPECT_EQ(Usage(snapshot, device_).peak, kMiB);
+  ASSERT_EQ(snapshot.processes.size(), 1u);
+  EXPECT_EQ(snapshot.processes[0].spilled[device_], 4 * kMiB);
+
+  ledger_->ReleaseSpill(slot_, device_, 3 * kMiB);
+  EXPECT_EQ(ledger_->DeviceSpilled(device_), kMiB);
+  EXPECT_EQ(ledger_->DeviceUsed(device_), kMiB);
+  EXPECT_TRUE(ledger_->TrySpill(slot_, device_, 3 * kMiB));
+  ledger_->Release(slot_, device_, kMiB);                      // device frees leave the spill alone
+  EXPECT_EQ(ledger_->DeviceSpilled(device_), 4 * kMiB);
+  EXPECT_TRUE(ledger_->Health().ok) << ledger_->Health().message;
+  ledger_->ReleaseSpill(slot_, device_, 5 * kMiB);             // more than held: clamped and reported
+  EXPECT_EQ(ledger_->DeviceSpilled(device_), 0u);
+  EXPECT_FALSE(ledger_->Health().ok);
+  EXPECT_NE(ledger_->Health().message.find("release of spilled memory of 5242880 bytes"), std::string::npos)
+      << ledger_->Health().message;
+}
+
+TEST_F(LedgerAdmissionTest, WithoutAHostLimitNothingSpills) {
+  Open(testing::Uniform(kMiB));
+  EXPECT_EQ(ledger_->HostLimit(device_), 0u);
+  EXPECT_FALSE(ledger_->TrySpill(slot_, device_, 1));
+  EXPECT_TRUE(ledger_->TrySpill(slot_, device_, 0));
+  EXPECT_FALSE(ledger_->TrySpill(slot_ + 1, device_, 1));  // unregistered slot
+  EXPECT_FALSE(ledger_->TrySpill(slot_, device_ + 1, 1));  // unbound device
+  EXPECT_EQ(ledger_->DeviceSpilled(device_), 0u);
+}
+
 TEST_F(LedgerAdmissionTest, DevicesAreIndependent) {
   LimitSet limits = testing::Uniform(kMiB);
   limits.devices.push_back({1, "", 4 * kMiB, 30, 60});
@@ -207,6 +259,7 @@ TEST_F(LedgerAdmissionTest, RegistrationIsPerProcessIdentity) {
   ledger_->SetOverhead(reused, device_, 200);
   ledger_->UnregisterProcess(reused);
   EXPECT_EQ(ledger_->DeviceUsed(device_), 0u);
+  EXPECT_EQ(ledger_->DeviceSpilled(device_), 0u);
   EXPECT_TRUE(ledger_->Read().processes.empty());
   EXPECT_FALSE(ledger_->TryReserve(reused, device_, 1));  // unregistered slots cannot charge
 }
@@ -236,7 +289,9 @@ pid_t ForkCharger(const std::string& path, uint64_t bytes, int ready_fd, void (*
   std::string error;
   const int slot = ledger ? testing::RegisterSelf(ledger.get()) : -1;
   const int device = ledger ? ledger->BindDevice(0, "GPU-0000", &error) : -1;
-  const bool ok = slot >= 0 && device >= 0 && ledger->TryReserve(slot, device, bytes);
+  // Spills as much as it charges where the ledger allows spilling.
+  const bool ok = slot >= 0 && device >= 0 && ledger->TryReserve(slot, device, bytes) &&
+                  (ledger->HostLimit(device) == 0 || ledger->TrySpill(slot, device, bytes));
   const char c = ok ? 'y' : 'n';
   (void)!write(ready_fd, &c, 1);
   if (ok && then != nullptr) then(ledger.get());
@@ -259,6 +314,29 @@ TEST_F(LedgerAdmissionTest, DeadProcessesAreReclaimedZombieOrReaped) {
   EXPECT_EQ(ledger_->Read().reclaimed_processes, 1u);
   EXPECT_EQ(testing::WaitChild(child, 5000), 0);
   EXPECT_EQ(ledger_->ReclaimDead(), 0);
+  close(ready[0]);
+  close(ready[1]);
+}
+
+TEST_F(LedgerAdmissionTest, ADeadProcesssSpillIsReclaimedAndARefusedSpillReclaimsAtOnce) {
+  LimitSet limits = testing::Uniform(kGiB);
+  limits.default_host_limit = 100 * kMiB;
+  Open(limits);
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  const pid_t child = ForkCharger(dir_.File("ledger"), 100 * kMiB, ready[1], nullptr);
+  char c = 0;
+  ASSERT_EQ(read(ready[0], &c, 1), 1);
+  ASSERT_EQ(c, 'y');
+  EXPECT_EQ(ledger_->DeviceSpilled(device_), 100 * kMiB);
+  ASSERT_EQ(testing::WaitChild(child, 5000), 0);
+  // The host budget is full, but its holder is dead: the refused spill reclaims and retries.
+  EXPECT_TRUE(ledger_->TrySpill(slot_, device_, 100 * kMiB));
+  const Snapshot snapshot = ledger_->Read();
+  EXPECT_EQ(snapshot.devices.at(device_).spill_refusals, 0u);
+  EXPECT_EQ(snapshot.devices.at(device_).spilled, 100 * kMiB);
+  EXPECT_EQ(snapshot.devices.at(device_).used, 0u);
+  EXPECT_EQ(snapshot.reclaimed_processes, 1u);
   close(ready[0]);
   close(ready[1]);
 }
@@ -288,7 +366,9 @@ TEST_F(LedgerAdmissionTest, ARefusalReclaimsImmediatelyAndTheIntervalReclaimsAny
 }
 
 TEST_F(LedgerAdmissionTest, AProcessKilledHoldingTheLockIsRecoveredFrom) {
-  Open(testing::Uniform(kGiB));
+  LimitSet limits = testing::Uniform(kGiB);
+  limits.default_host_limit = kGiB;  // the dead process also spilled: recovery returns both
+  Open(limits);
   int ready[2];
   ASSERT_EQ(pipe(ready), 0);
   const pid_t child = ForkCharger(dir_.File("ledger"), 300 * kMiB, ready[1], [](Ledger* ledger) {
@@ -300,12 +380,21 @@ TEST_F(LedgerAdmissionTest, AProcessKilledHoldingTheLockIsRecoveredFrom) {
   usleep(100'000);  // let it take the lock
   kill(child, SIGKILL);
   const auto start = std::chrono::steady_clock::now();
-  EXPECT_TRUE(ledger_->TryReserve(slot_, device_, kGiB - 1));  // only possible once the dead charge is gone
+  // Only possible once the dead charge is gone. The kernel hands the lock over (EOWNERDEAD)
+  // while the child is still exiting, before it is a zombie, and an exiting process counts as
+  // alive (its GPU memory is not freed yet): the reservation may need a few tries.
+  bool admitted = false;
+  while (!admitted && std::chrono::steady_clock::now() - start < std::chrono::seconds(2)) {
+    admitted = ledger_->TryReserve(slot_, device_, kGiB - 1);
+    if (!admitted) usleep(1000);
+  }
+  EXPECT_TRUE(admitted);
   const auto waited = std::chrono::steady_clock::now() - start;
   EXPECT_LT(waited, std::chrono::seconds(2));
   const Snapshot snapshot = ledger_->Read();
   EXPECT_EQ(snapshot.lock_recoveries, 1u);
   EXPECT_EQ(snapshot.devices[0].used, kGiB - 1);
+  EXPECT_EQ(snapshot.devices[0].spilled, 0u);
   EXPECT_EQ(snapshot.processes.size(), 1u);
   EXPECT_TRUE(ledger_->Health().ok) << ledger_->Health().message;
   testing::WaitChild(child, 5000);

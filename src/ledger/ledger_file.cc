@@ -255,7 +255,10 @@ LedgerStatus ReconcileBoot(int fd, File* file, const std::string& path) {
       }
       h.slot_high_water = 0;
       h.last_reclaim_ns = 0;
-      for (int d = 0; d < kLedgerMaxDevices; ++d) file->devices[d].used.store(0, std::memory_order_relaxed);
+      for (int d = 0; d < kLedgerMaxDevices; ++d) {
+        file->devices[d].used.store(0, std::memory_order_relaxed);
+        file->devices[d].spilled.store(0, std::memory_order_relaxed);
+      }
       // The compute state holds CLOCK_MONOTONIC times of the old boot: start afresh.
       memset(static_cast<void*>(file->compute), 0, sizeof(file->compute));
     }

@@ -1,15 +1,19 @@
-// On-disk (and in-memory: the file is mapped) layout of the ledger, layout version 2.
+// On-disk (and in-memory: the file is mapped) layout of the ledger, layout version 3.
 //
 // Version 2 appended the compute limiter's shared state (compute::ComputeShareState, one per
-// device record, format pinned in compute/compute_state.h) and its offset in the header; a
-// version-1 file is refused as a wrong version, never misread.
+// device record, format pinned in compute/compute_state.h) and its offset in the header.
+// Version 3 added memory oversubscription: a host spill limit per device record (and a default
+// in the header), the host bytes spilled per device and per process slot, so device records grew
+// to 192 bytes and process slots to 448. Files of other versions are refused as a wrong
+// version, never misread.
 //
 // This header IS the file format; docs/ledger.md describes every field. Rules:
 //   - Fixed-width fields only, native byte order (the file never leaves the host), no pointers.
 //   - Every offset and size is pinned by a static_assert below. Changing any of them, or the
 //     meaning of any field, requires bumping kLayoutVersion; readers refuse other versions.
 //   - std::atomic<uint64_t> is used only for fields that are read without the lock (the hot
-//     accessors MemoryLimit / SmLimit / DeviceUsed / SlotCharged, TaskPriority) and for `ready`.
+//     accessors MemoryLimit / SmLimit / DeviceUsed / SlotCharged, HostLimit / DeviceSpilled /
+//     SlotSpilled, TaskPriority) and for `ready`.
 //     It must be lock-free and therefore address-free (it works across processes mapping the
 //     same file at different addresses). Every other mutable field is plain and is only touched
 //     under `mutex` (or, for boot_id, under flock(2) on the file during Open).
@@ -29,7 +33,7 @@
 namespace vgpu::ledger::format {
 
 inline constexpr char kMagic[8] = {'V', 'G', 'P', 'U', 'L', 'D', 'G', 'R'};
-inline constexpr uint32_t kLayoutVersion = 2;
+inline constexpr uint32_t kLayoutVersion = 3;
 // `ready` holds this value once the file is completely initialised (written last, release).
 inline constexpr uint64_t kReadyValue = 0x5245'4144'5921'5631ULL;  // "READY!V1"
 inline constexpr size_t kUuidBytes = 64;    // NUL-padded; at most 63 characters
@@ -77,7 +81,8 @@ struct Header {
   uint64_t lock_recoveries;      // 240 times a locker found the owner dead (EOWNERDEAD)
   uint64_t reclaimed_processes;  // 248 dead processes whose charges were reclaimed
   uint64_t limits_generation;    // 256 incremented by every limits write
-  unsigned char reserved2[248];  // 264
+  uint64_t default_host_limit;   // 264 bytes of host spill per device for ordinals without a record, 0 = none
+  unsigned char reserved2[240];  // 272
 };
 
 struct DeviceRecord {
@@ -91,6 +96,11 @@ struct DeviceRecord {
   uint64_t oom_refusals;         //  48 refused reservations
   uint64_t reserved1;            //  56
   char uuid[kUuidBytes];         //  64 "GPU-..." / "MIG-...", empty = not bound yet
+  AtomicU64 host_limit;          // 128 bytes that may spill to host memory, 0 = oversubscription off
+  AtomicU64 spilled;             // 136 sum over active slots of spilled
+  uint64_t spill_peak;           // 144 highest `spilled` ever reached
+  uint64_t spill_refusals;       // 152 spills refused at the host limit
+  unsigned char reserved2[32];   // 160
 };
 
 struct alignas(64) ProcessSlot {
@@ -102,7 +112,8 @@ struct alignas(64) ProcessSlot {
   uint64_t reserved1;                    //  24
   AtomicU64 charged[kLedgerMaxDevices];  //  32 allocations, per device record
   AtomicU64 overhead[kLedgerMaxDevices]; // 160 context/module memory, per device record
-  unsigned char reserved2[32];           // 288
+  AtomicU64 spilled[kLedgerMaxDevices];  // 288 host-backed (spilled) allocations, per device record
+  unsigned char reserved2[32];           // 416
 };
 
 struct File {
@@ -117,7 +128,7 @@ struct File {
 // --- The format, pinned --------------------------------------------------------------------
 static_assert(std::is_standard_layout_v<Header> && std::is_standard_layout_v<DeviceRecord> &&
               std::is_standard_layout_v<ProcessSlot> && std::is_standard_layout_v<File>);
-static_assert(kLedgerMaxDevices == 16 && kLedgerMaxProcesses == 1024, "part of layout version 2");
+static_assert(kLedgerMaxDevices == 16 && kLedgerMaxProcesses == 1024, "part of layout version 3");
 
 static_assert(sizeof(Header) == 512);
 static_assert(offsetof(Header, layout_version) == 8);
@@ -145,9 +156,10 @@ static_assert(offsetof(Header, slot_high_water) == 232);
 static_assert(offsetof(Header, lock_recoveries) == 240);
 static_assert(offsetof(Header, reclaimed_processes) == 248);
 static_assert(offsetof(Header, limits_generation) == 256);
-static_assert(offsetof(Header, reserved2) == 264);
+static_assert(offsetof(Header, default_host_limit) == 264);
+static_assert(offsetof(Header, reserved2) == 272);
 
-static_assert(sizeof(DeviceRecord) == 128);
+static_assert(sizeof(DeviceRecord) == 192);
 static_assert(offsetof(DeviceRecord, memory_limit) == 8);
 static_assert(offsetof(DeviceRecord, sm_limit) == 16);
 static_assert(offsetof(DeviceRecord, sm_soft_limit) == 24);
@@ -155,19 +167,26 @@ static_assert(offsetof(DeviceRecord, used) == 32);
 static_assert(offsetof(DeviceRecord, peak) == 40);
 static_assert(offsetof(DeviceRecord, oom_refusals) == 48);
 static_assert(offsetof(DeviceRecord, uuid) == 64);
+static_assert(offsetof(DeviceRecord, host_limit) == 128);
+static_assert(offsetof(DeviceRecord, spilled) == 136);
+static_assert(offsetof(DeviceRecord, spill_peak) == 144);
+static_assert(offsetof(DeviceRecord, spill_refusals) == 152);
+static_assert(offsetof(DeviceRecord, reserved2) == 160);
 
-static_assert(sizeof(ProcessSlot) == 320);
+static_assert(sizeof(ProcessSlot) == 448);
 static_assert(offsetof(ProcessSlot, pid) == 4);
 static_assert(offsetof(ProcessSlot, host_pid) == 8);
 static_assert(offsetof(ProcessSlot, start_time) == 16);
 static_assert(offsetof(ProcessSlot, charged) == 32);
 static_assert(offsetof(ProcessSlot, overhead) == 160);
+static_assert(offsetof(ProcessSlot, spilled) == 288);
+static_assert(offsetof(ProcessSlot, reserved2) == 416);
 
 static_assert(offsetof(File, devices) == 512);
-static_assert(offsetof(File, slots) == 2560);
+static_assert(offsetof(File, slots) == 3584);
 static_assert(sizeof(compute::ComputeShareState) == 128);
-static_assert(offsetof(File, compute) == 330240);
-static_assert(sizeof(File) == 332288);
+static_assert(offsetof(File, compute) == 462336);
+static_assert(sizeof(File) == 464384);
 
 inline constexpr uint64_t kFileSize = sizeof(File);
 

@@ -40,7 +40,9 @@ class LedgerFormatTest : public ::testing::Test {
  protected:
   void SetUp() override {
     path_ = dir_.File("ledger");
-    std::unique_ptr<Ledger> ledger = testing::MustOpen(path_, testing::Uniform(kGiB));
+    LimitSet limits = testing::Uniform(kGiB);
+    limits.default_host_limit = 2 * kGiB;
+    std::unique_ptr<Ledger> ledger = testing::MustOpen(path_, limits);
     ASSERT_NE(ledger, nullptr);
     slot_ = testing::RegisterSelf(ledger.get());
     ASSERT_EQ(slot_, 0);
@@ -50,6 +52,7 @@ class LedgerFormatTest : public ::testing::Test {
     ASSERT_TRUE(ledger->TryReserve(slot_, 0, 10 * kMiB));
     ASSERT_TRUE(ledger->TryReserve(slot_, 1, 5 * kMiB));
     ledger->SetOverhead(slot_, 0, kMiB);
+    ASSERT_TRUE(ledger->TrySpill(slot_, 0, 3 * kMiB));
     ledger.reset();
     valid_ = testing::ReadBytes(path_);
     ASSERT_EQ(valid_.size(), format::kFileSize);
@@ -89,13 +92,21 @@ TEST_F(LedgerFormatTest, ValidFileHasTheDocumentedHeader) {
   uint32_t u32 = 0;
   uint64_t u64 = 0;
   memcpy(&u32, valid_.data() + 8, 4);
-  EXPECT_EQ(u32, 2u);
+  EXPECT_EQ(u32, 3u);
   memcpy(&u32, valid_.data() + 12, 4);
   EXPECT_EQ(u32, 512u);
   memcpy(&u64, valid_.data() + 16, 8);
-  EXPECT_EQ(u64, 332288u);
+  EXPECT_EQ(u64, 464384u);
+  memcpy(&u64, valid_.data() + 56, 8);
+  EXPECT_EQ(u64, 512u) << "devices_offset";
+  memcpy(&u64, valid_.data() + 64, 8);
+  EXPECT_EQ(u64, 3584u) << "slots_offset";
   memcpy(&u64, valid_.data() + 120, 8);
-  EXPECT_EQ(u64, 330240u) << "compute_offset";
+  EXPECT_EQ(u64, 462336u) << "compute_offset";
+  memcpy(&u32, valid_.data() + 48, 4);
+  EXPECT_EQ(u32, 192u) << "device_record_size";
+  memcpy(&u32, valid_.data() + 52, 4);
+  EXPECT_EQ(u32, 448u) << "process_slot_size";
   memcpy(&u64, valid_.data() + 24, 8);
   EXPECT_EQ(u64, format::kReadyValue);
   memcpy(&u32, valid_.data() + offsetof(Header, device_count), 4);
@@ -103,6 +114,14 @@ TEST_F(LedgerFormatTest, ValidFileHasTheDocumentedHeader) {
   memcpy(&u64, valid_.data() + kDevice0 + offsetof(DeviceRecord, used), 8);
   EXPECT_EQ(u64, 11 * kMiB);
   EXPECT_STREQ(valid_.data() + kDevice0 + offsetof(DeviceRecord, uuid), "GPU-aaaa");
+  memcpy(&u64, valid_.data() + kDevice0 + 128, 8);
+  EXPECT_EQ(u64, 2 * kGiB) << "host_limit";
+  memcpy(&u64, valid_.data() + kDevice0 + 136, 8);
+  EXPECT_EQ(u64, 3 * kMiB) << "spilled";
+  memcpy(&u64, valid_.data() + kSlot0 + 288, 8);
+  EXPECT_EQ(u64, 3 * kMiB) << "slot 0 spilled[0]";
+  memcpy(&u64, valid_.data() + 264, 8);
+  EXPECT_EQ(u64, 2 * kGiB) << "default_host_limit";
   int32_t pid = 0;
   memcpy(&pid, valid_.data() + kSlot0 + offsetof(ProcessSlot, pid), 4);
   EXPECT_EQ(pid, getpid());
@@ -161,7 +180,7 @@ TEST_F(LedgerFormatTest, HeaderCorruptionIsReported) {
   std::string bytes = valid_;
   memcpy(bytes.data(), "NOTLEDGR", 8);
   ExpectRefused(bytes, "bad magic");
-  for (const uint32_t version : {0u, 1u, 3u, 0xffffffffu}) {
+  for (const uint32_t version : {0u, 1u, 2u, 4u, 0xffffffffu}) {
     bytes = valid_;
     Put<uint32_t>(&bytes, offsetof(Header, layout_version), version);
     ExpectRefused(bytes, "layout version " + std::to_string(version) + " is not supported");
@@ -189,17 +208,29 @@ TEST_F(LedgerFormatTest, HeaderCorruptionIsReported) {
   ExpectRefused(bytes, "table geometry");
 }
 
-// A layout-version-1 file (330240 bytes, no compute state) is reported as a wrong version, never
-// read as a short version-2 file.
-TEST_F(LedgerFormatTest, VersionOneFileIsRefusedAsWrongVersion) {
-  std::string v1 = valid_.substr(0, 330240);
-  Put<uint32_t>(&v1, offsetof(Header, layout_version), 1);
-  Put<uint64_t>(&v1, offsetof(Header, total_size), 330240);
-  Put<uint64_t>(&v1, offsetof(Header, compute_offset), 0);  // reserved0 in version 1
-  ExpectRefused(v1, "layout version 1 is not supported (this build reads version 2)");
-  LedgerStatus status;
-  EXPECT_EQ(Ledger::OpenReadOnly(last_path_, &status), nullptr);
-  EXPECT_NE(status.message.find("layout version 1 is not supported"), std::string::npos) << status.message;
+// Files of earlier layouts (version 1: 330240 bytes, no compute state; version 2: 332288 bytes,
+// no spill fields) are reported as a wrong version, never read as short version-3 files.
+TEST_F(LedgerFormatTest, OlderVersionFilesAreRefusedAsWrongVersion) {
+  struct Old {
+    uint32_t version;
+    uint64_t size;
+    uint64_t compute_offset;  // reserved0 in version 1
+  };
+  for (const Old& old : {Old{1, 330240, 0}, Old{2, 332288, 330240}}) {
+    std::string bytes = valid_.substr(0, old.size);
+    Put<uint32_t>(&bytes, offsetof(Header, layout_version), old.version);
+    Put<uint32_t>(&bytes, offsetof(Header, device_record_size), 128);
+    Put<uint32_t>(&bytes, offsetof(Header, process_slot_size), 320);
+    Put<uint64_t>(&bytes, offsetof(Header, slots_offset), 2560);
+    Put<uint64_t>(&bytes, offsetof(Header, total_size), old.size);
+    Put<uint64_t>(&bytes, offsetof(Header, compute_offset), old.compute_offset);
+    const std::string expected =
+        "layout version " + std::to_string(old.version) + " is not supported (this build reads version 3)";
+    ExpectRefused(bytes, expected);
+    LedgerStatus status;
+    EXPECT_EQ(Ledger::OpenReadOnly(last_path_, &status), nullptr);
+    EXPECT_NE(status.message.find(expected), std::string::npos) << status.message;
+  }
 }
 
 // The compute state lives in the mapping: two opens of one file share it; read-only has none.
@@ -250,6 +281,16 @@ TEST_F(LedgerFormatTest, ImpossibleValuesAreReported) {
       {kDevice0 + offsetof(DeviceRecord, used), 10 * kMiB, 8, "differs from what its processes hold"},
       {kDevice0 + offsetof(DeviceRecord, peak), kMiB, 8, "is below used"},
       {kDevice0 + offsetof(DeviceRecord, oom_refusals), kTooBig, 8, "refusal count is impossible"},
+      {offsetof(Header, default_host_limit), kTooBig, 8, "default host spill limit"},
+      {kDevice0 + offsetof(DeviceRecord, host_limit), kTooBig, 8, "host spill limit"},
+      {kDevice0 + offsetof(DeviceRecord, spilled), kTooBig, 8, "spilled 9223372036854775809 is impossible"},
+      {kDevice0 + offsetof(DeviceRecord, spilled), kMiB, 8, "differs from what its processes spilled"},
+      {kDevice0 + offsetof(DeviceRecord, spill_peak), kMiB, 8, "spill peak 1048576 is below spilled"},
+      {kDevice0 + offsetof(DeviceRecord, spill_refusals), kTooBig, 8, "spill refusal count is impossible"},
+      {kDevice0 + 2 * sizeof(DeviceRecord) + offsetof(DeviceRecord, spilled), 1, 8, "unused device record 2"},
+      {kSlot0 + offsetof(ProcessSlot, spilled), kTooBig, 8, "spill on device 0 is impossible"},
+      {kSlot0 + offsetof(ProcessSlot, spilled) + 8 * 6, 1, 8, "charges device 6, which is not in the ledger"},
+      {kSlot1 + offsetof(ProcessSlot, spilled), 1, 8, "free process slot 1 is not empty"},
       {kDevice0 + sizeof(DeviceRecord) + offsetof(DeviceRecord, ordinal), 0, 4, "ordinal 0 appears twice"},
       {kDevice0 + offsetof(DeviceRecord, uuid), 0x01, 1, "uuid is not a printable"},
       {kDevice0 + 2 * sizeof(DeviceRecord) + offsetof(DeviceRecord, used), 1, 8, "unused device record 2"},
@@ -283,9 +324,9 @@ TEST_F(LedgerFormatTest, EveryTruncationLengthClassIsReported) {
   const Case cases[] = {
       {0, "truncated: 0 bytes"},       {1, "truncated: 1 bytes"},        {7, "truncated"},
       {8, "truncated: 8 bytes"},       {11, "truncated"},                {12, "shorter than the header"},
-      {200, "shorter than the header"}, {511, "shorter than the header"}, {512, "truncated: 512 of 332288"},
-      {2560, "truncated: 2560 of"},    {100000, "truncated: 100000 of"}, {330239, "truncated: 330239 of"},
-      {330240, "truncated: 330240 of 332288"},
+      {200, "shorter than the header"}, {511, "shorter than the header"}, {512, "truncated: 512 of 464384"},
+      {3584, "truncated: 3584 of"},    {100000, "truncated: 100000 of"}, {462335, "truncated: 462335 of"},
+      {462336, "truncated: 462336 of 464384"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.length);
@@ -294,7 +335,7 @@ TEST_F(LedgerFormatTest, EveryTruncationLengthClassIsReported) {
     EXPECT_EQ(Ledger::OpenReadOnly(last_path_, &status), nullptr);
     EXPECT_NE(status.message.find(c.problem), std::string::npos) << status.message;
   }
-  ExpectRefused(valid_ + "x", "wrong size: 332289 bytes");
+  ExpectRefused(valid_ + "x", "wrong size: 464385 bytes");
   ExpectRefused(std::string(format::kFileSize, '\0'), "bad magic");
   // A huge sparse file is refused without being read.
   const std::string huge = dir_.File("huge");
@@ -316,8 +357,15 @@ void ExpectConsistent(const Ledger& ledger) {
   ASSERT_LE(snapshot.devices.size(), static_cast<size_t>(kLedgerMaxDevices));
   for (const DeviceUsage& device : snapshot.devices) {
     unsigned __int128 sum = 0;
-    for (const ProcessUsage& process : snapshot.processes) sum += process.charged[device.index] + process.overhead[device.index];
+    unsigned __int128 spilled = 0;
+    for (const ProcessUsage& process : snapshot.processes) {
+      sum += process.charged[device.index] + process.overhead[device.index];
+      spilled += process.spilled[device.index];
+    }
     EXPECT_EQ(sum, device.used) << "device " << device.index;
+    EXPECT_EQ(spilled, device.spilled) << "device " << device.index;
+    EXPECT_GE(device.spill_peak, device.spilled);
+    EXPECT_EQ(ledger.HostLimit(device.index), device.host_limit);
     EXPECT_LE(device.used, uint64_t{1} << 63);
     EXPECT_GE(device.peak, device.used);
     EXPECT_EQ(ledger.MemoryLimit(device.index), device.memory_limit);

@@ -95,6 +95,9 @@ Admission ReserveLocked(File* file, int slot, int device, uint64_t bytes);
 // Returns up to `bytes`; false when the slot held less (then all it held is returned).
 bool ReleaseLocked(File* file, int slot, int device, uint64_t bytes);
 void SetOverheadLocked(File* file, int slot, int device, uint64_t bytes);
+// The same for the host (spill) budget: within the device's host limit; `used` is not touched.
+Admission SpillLocked(File* file, int slot, int device, uint64_t bytes);
+bool ReleaseSpillLocked(File* file, int slot, int device, uint64_t bytes);
 
 int RegisterLocked(File* file, int32_t pid, int32_t host_pid, uint64_t start_time);
 int BindDeviceLocked(File* file, int ordinal, const std::string& uuid, std::string* error);

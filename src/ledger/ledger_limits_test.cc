@@ -50,12 +50,14 @@ TEST(LedgerLimitsTest, TheAuthorityWinsAndADisagreementIsReported) {
   env.devices[0].sm_soft_limit = 70;
   env.default_sm_limit = 0;
   env.task_priority = 0;
+  env.devices[0].host_limit = kMiB;
   ledger = Ledger::Open(path, env, &status, &disagreement);
   ASSERT_NE(ledger, nullptr);
   EXPECT_NE(disagreement.find("device 0 soft compute limit 60% vs 70%"), std::string::npos) << disagreement;
   EXPECT_NE(disagreement.find("device 1 compute limit 50% vs unlimited"), std::string::npos) << disagreement;
   EXPECT_NE(disagreement.find("other devices: compute limit 50% vs unlimited"), std::string::npos) << disagreement;
   EXPECT_NE(disagreement.find("task priority 1 vs 0"), std::string::npos) << disagreement;
+  EXPECT_NE(disagreement.find("device 0 host spill limit no spilling vs 1 MiB"), std::string::npos) << disagreement;
 }
 
 TEST(LedgerLimitsTest, AgreementIsSilentWhateverTheSpelling) {
@@ -115,6 +117,26 @@ TEST(LedgerLimitsTest, RewritingKeepsChargesIndicesAndBindings) {
   ASSERT_TRUE(Ledger::WriteLimits(path, limits).ok);
   EXPECT_FALSE(ledger->TryReserve(slot, d1, 1));
   EXPECT_EQ(ledger->DeviceUsed(d1), 600 * kMiB);
+
+  // Host spill limits: per listed device, the default for the others; a rewrite keeps spills.
+  EXPECT_EQ(ledger->HostLimit(d0), 0u);
+  EXPECT_FALSE(ledger->TrySpill(slot, d1, 1));
+  limits.default_host_limit = kGiB;
+  limits.devices[0].host_limit = 64 * kMiB;
+  ASSERT_TRUE(Ledger::WriteLimits(path, limits).ok);
+  EXPECT_EQ(ledger->HostLimit(d0), kGiB);
+  EXPECT_EQ(ledger->HostLimit(d1), 64 * kMiB);
+  EXPECT_EQ(ledger->HostLimit(d3), 0u) << "listed without a host limit: the default does not apply";
+  ASSERT_TRUE(ledger->TrySpill(slot, d1, 64 * kMiB));
+  EXPECT_FALSE(ledger->TrySpill(slot, d1, 1));
+  EXPECT_EQ(ledger->BindDevice(5, "GPU-5", &error), 3);
+  EXPECT_EQ(ledger->HostLimit(3), kGiB) << "a device bound later gets the default host limit";
+  limits.devices[0].host_limit = 0;
+  ASSERT_TRUE(Ledger::WriteLimits(path, limits).ok);
+  EXPECT_EQ(ledger->DeviceSpilled(d1), 64 * kMiB) << "switching spilling off takes nothing away";
+  EXPECT_FALSE(ledger->TrySpill(slot, d1, 1));
+  EXPECT_EQ(ledger->Limits().devices.at(d1).host_limit, 0u);
+  EXPECT_EQ(ledger->Limits().default_host_limit, kGiB);
 }
 
 TEST(LedgerLimitsTest, AConflictingRewriteChangesNothing) {
@@ -164,6 +186,8 @@ TEST(LedgerLimitsTest, InvalidLimitSetsAreRefused) {
   sm.default_sm_limit = 101;
   LimitSet memory;
   memory.default_memory_limit = (uint64_t{1} << 63) + 1;
+  LimitSet host;
+  host.default_host_limit = (uint64_t{1} << 63) + 1;
   LimitSet authority;
   authority.authority = static_cast<Authority>(7);
   const Case cases[] = {
@@ -173,6 +197,8 @@ TEST(LedgerLimitsTest, InvalidLimitSetsAreRefused) {
       {priority, "task priority 101"},
       {sm, "percentages"},
       {memory, "above 2^63"},
+      {host, "default host spill limit above 2^63"},
+      {with({0, "", 0, 0, 0, (uint64_t{1} << 63) + 1}), "host spill limit above 2^63"},
       {authority, "unknown authority"},
       {with({16, "", 0, 0, 0}), "ordinal 16 is out of range"},
       {with({-2, "", 0, 0, 0}), "ordinal -2 is out of range"},
@@ -228,6 +254,26 @@ TEST(LedgerLimitsTest, FromConfigHoldsEffectiveValuesPerListedOrdinal) {
   EXPECT_EQ(limits.devices[2].ordinal, 2);
   EXPECT_EQ(limits.devices[2].sm_limit, 0);  // explicitly unlimited
   EXPECT_EQ(ValidateLimitSet(limits), "");
+
+  EXPECT_EQ(limits.default_host_limit, 0u);
+  for (const DeviceLimit& device : limits.devices) EXPECT_EQ(device.host_limit, 0u);
+
+  // Oversubscription: each device spills as much as its memory limit, or the host limit given.
+  const ConfigResult spill = Parse({"CUDA_DEVICE_MEMORY_LIMIT=2g", "CUDA_DEVICE_MEMORY_LIMIT_1=1g", "CUDA_OVERSUBSCRIBE=1"});
+  ASSERT_TRUE(spill.ok()) << spill.errors[0].Message();
+  const LimitSet spill_limits = LimitSetFromConfig(spill.config, Authority::kLibrary);
+  EXPECT_EQ(spill_limits.default_host_limit, 2 * kGiB);
+  ASSERT_EQ(spill_limits.devices.size(), 1u);
+  EXPECT_EQ(spill_limits.devices[0].host_limit, kGiB);
+  const ConfigResult capped = Parse({"CUDA_DEVICE_MEMORY_LIMIT_1=1g", "CUDA_OVERSUBSCRIBE=1", "CUDA_OVERSUBSCRIBE_HOST_LIMIT=5g"});
+  ASSERT_TRUE(capped.ok()) << capped.errors[0].Message();
+  const LimitSet capped_limits = LimitSetFromConfig(capped.config, Authority::kLibrary);
+  EXPECT_EQ(capped_limits.default_host_limit, 5 * kGiB);
+  EXPECT_EQ(capped_limits.devices.at(0).host_limit, 5 * kGiB);
+  const std::string diff = CompareLimits(spill_limits, capped_limits);
+  EXPECT_NE(diff.find("device 1 host spill limit 1 GiB vs 5 GiB"), std::string::npos) << diff;
+  EXPECT_NE(diff.find("other devices: memory limit 2 GiB vs unlimited; other devices: host spill limit 2 GiB vs 5 GiB"),
+            std::string::npos) << diff;
 
   const ConfigResult disabled = Parse({"CUDA_DEVICE_MEMORY_LIMIT=2g", "CUDA_DISABLE_CONTROL=true"});
   ASSERT_TRUE(disabled.ok());

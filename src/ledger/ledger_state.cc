@@ -9,6 +9,8 @@
 //   I4  no active slot charges a device >= device_count.
 //   I5  used[d] <= memory_limit[d] unless SetOverhead pushed it over (memory that exists) or
 //       the authority lowered the limit below what is held.
+//   I6  spilled[d] == sum over active slots s of spilled[s][d], spill_peak[d] >= spilled[d], and
+//       spilled[d] <= host_limit[d] unless the authority lowered the host limit.
 // Totals are redundant, so a process killed mid-update loses nothing: the next locker recomputes.
 #include <algorithm>
 #include <cstring>
@@ -63,6 +65,9 @@ std::string CheckHeaderValues(const File& file) {
   if (h.default_memory_limit > kMaxPlausibleBytes) {
     return "default memory limit " + N(h.default_memory_limit) + " is impossible (above 2^63)";
   }
+  if (h.default_host_limit > kMaxPlausibleBytes) {
+    return "default host spill limit " + N(h.default_host_limit) + " is impossible (above 2^63)";
+  }
   if (!ValidPercent(h.default_sm_limit) || !ValidPercent(h.default_sm_soft_limit)) {
     return "default compute limits " + std::to_string(h.default_sm_limit) + "/" +
            std::to_string(h.default_sm_soft_limit) + " are not percentages";
@@ -84,6 +89,14 @@ std::string CheckDeviceRecord(const File& file, uint32_t d, bool check_totals) {
   if (Load(r.used) > kMaxPlausibleBytes) return where + "used " + N(Load(r.used)) + " is impossible (above 2^63)";
   if (r.peak > kMaxPlausibleBytes || r.oom_refusals > kMaxPlausibleBytes) return where + "peak or refusal count is impossible";
   if (check_totals && r.peak < Load(r.used)) return where + "peak " + N(r.peak) + " is below used " + N(Load(r.used));
+  if (Load(r.host_limit) > kMaxPlausibleBytes) return where + "host spill limit " + N(Load(r.host_limit)) + " is impossible";
+  if (Load(r.spilled) > kMaxPlausibleBytes) return where + "spilled " + N(Load(r.spilled)) + " is impossible (above 2^63)";
+  if (r.spill_peak > kMaxPlausibleBytes || r.spill_refusals > kMaxPlausibleBytes) {
+    return where + "spill peak or spill refusal count is impossible";
+  }
+  if (check_totals && r.spill_peak < Load(r.spilled)) {
+    return where + "spill peak " + N(r.spill_peak) + " is below spilled " + N(Load(r.spilled));
+  }
   for (uint32_t e = 0; e < d; ++e) {
     const DeviceRecord& other = file.devices[e];
     if (r.ordinal >= 0 && other.ordinal == r.ordinal) return where + "ordinal " + std::to_string(r.ordinal) + " appears twice";
@@ -98,23 +111,34 @@ std::string CheckDevices(const File& file, bool check_totals) {
     if (std::string problem = CheckDeviceRecord(file, d, check_totals); !problem.empty()) return problem;
   }
   for (uint32_t d = count; check_totals && d < static_cast<uint32_t>(kLedgerMaxDevices); ++d) {
-    if (Load(file.devices[d].used) != 0) return "unused device record " + N(d) + " has used bytes";
+    if ((Load(file.devices[d].used) | Load(file.devices[d].spilled)) != 0) {
+      return "unused device record " + N(d) + " has used or spilled bytes";
+    }
   }
   return "";
 }
 
-std::string CheckActiveSlot(const File& file, int s, unsigned __int128* sums) {
+// Per-device sums over the active slots: device charges (charged + overhead) and spilled bytes.
+struct SlotSums {
+  unsigned __int128 used[kLedgerMaxDevices] = {};
+  unsigned __int128 spilled[kLedgerMaxDevices] = {};
+};
+
+std::string CheckActiveSlot(const File& file, int s, SlotSums* sums) {
   const ProcessSlot& p = file.slots[s];
   const std::string where = "process slot " + std::to_string(s) + ": ";
   if (p.pid <= 0 || p.host_pid <= 0) return where + "pid " + std::to_string(p.pid) + "/" + std::to_string(p.host_pid) + " is impossible";
   for (int d = 0; d < kLedgerMaxDevices; ++d) {
     const uint64_t charged = Load(p.charged[d]);
     const uint64_t overhead = Load(p.overhead[d]);
+    const uint64_t spilled = Load(p.spilled[d]);
     if (charged > kMaxPlausibleBytes || overhead > kMaxPlausibleBytes) return where + "charge on device " + N(d) + " is impossible";
-    if (d >= static_cast<int>(file.header.device_count) && (charged | overhead) != 0) {
+    if (spilled > kMaxPlausibleBytes) return where + "spill on device " + N(d) + " is impossible";
+    if (d >= static_cast<int>(file.header.device_count) && (charged | overhead | spilled) != 0) {
       return where + "charges device " + N(d) + ", which is not in the ledger";
     }
-    sums[d] += static_cast<unsigned __int128>(charged) + overhead;
+    sums->used[d] += static_cast<unsigned __int128>(charged) + overhead;
+    sums->spilled[d] += spilled;
   }
   return "";
 }
@@ -122,27 +146,31 @@ std::string CheckActiveSlot(const File& file, int s, unsigned __int128* sums) {
 bool SlotIsClean(const ProcessSlot& p) {
   if (p.pid != 0 || p.host_pid != 0 || p.start_time != 0) return false;
   for (int d = 0; d < kLedgerMaxDevices; ++d) {
-    if ((Load(p.charged[d]) | Load(p.overhead[d])) != 0) return false;
+    if ((Load(p.charged[d]) | Load(p.overhead[d]) | Load(p.spilled[d])) != 0) return false;
   }
   return true;
 }
 
 std::string CheckSlots(const File& file, bool check_totals) {
-  unsigned __int128 sums[kLedgerMaxDevices] = {};
+  SlotSums sums;
   for (int s = 0; s < kLedgerMaxProcesses; ++s) {
     const ProcessSlot& p = file.slots[s];
     if (p.state > format::kMaxSlotState) return "process slot " + std::to_string(s) + ": state " + N(p.state) + " out of range";
     if (p.state == format::kSlotActive) {
       if (s >= static_cast<int>(file.header.slot_high_water)) return "process slot " + std::to_string(s) + " is active above the high-water mark";
-      if (std::string problem = CheckActiveSlot(file, s, sums); !problem.empty()) return problem;
+      if (std::string problem = CheckActiveSlot(file, s, &sums); !problem.empty()) return problem;
     } else if (check_totals && !SlotIsClean(p)) {
       return "free process slot " + std::to_string(s) + " is not empty";
     }
   }
   for (uint32_t d = 0; check_totals && d < file.header.device_count; ++d) {
-    if (sums[d] != Load(file.devices[d].used)) {
+    if (sums.used[d] != Load(file.devices[d].used)) {
       return "device record " + N(d) + ": used " + N(Load(file.devices[d].used)) +
              " differs from what its processes hold";
+    }
+    if (sums.spilled[d] != Load(file.devices[d].spilled)) {
+      return "device record " + N(d) + ": spilled " + N(Load(file.devices[d].spilled)) +
+             " differs from what its processes spilled";
     }
   }
   return "";
@@ -151,11 +179,16 @@ std::string CheckSlots(const File& file, bool check_totals) {
 void ClearDeviceRecord(DeviceRecord* r) {
   r->ordinal = 0;
   r->reserved0 = 0;
-  for (format::AtomicU64* v : {&r->memory_limit, &r->sm_limit, &r->sm_soft_limit, &r->used}) Store(*v, 0);
+  for (format::AtomicU64* v : {&r->memory_limit, &r->sm_limit, &r->sm_soft_limit, &r->used, &r->host_limit, &r->spilled}) {
+    Store(*v, 0);
+  }
   r->peak = 0;
   r->oom_refusals = 0;
   r->reserved1 = 0;
   memset(r->uuid, 0, sizeof(r->uuid));
+  r->spill_peak = 0;
+  r->spill_refusals = 0;
+  memset(r->reserved2, 0, sizeof(r->reserved2));
 }
 
 void ClearSlot(ProcessSlot* p) {
@@ -163,16 +196,18 @@ void ClearSlot(ProcessSlot* p) {
   for (int d = 0; d < kLedgerMaxDevices; ++d) {
     Store(p->charged[d], 0);
     Store(p->overhead[d], 0);
+    Store(p->spilled[d], 0);
   }
   p->pid = 0;
   p->host_pid = 0;
   p->start_time = 0;
 }
 
-void SetRecordLimits(DeviceRecord* r, uint64_t memory, int sm, int soft) {
+void SetRecordLimits(DeviceRecord* r, uint64_t memory, int sm, int soft, uint64_t host) {
   Store(r->memory_limit, memory);
   Store(r->sm_limit, static_cast<uint64_t>(sm));
   Store(r->sm_soft_limit, static_cast<uint64_t>(soft));
+  Store(r->host_limit, host);
 }
 
 void InitDeviceRecord(DeviceRecord* r, int ordinal, const std::string& uuid) {
@@ -206,6 +241,46 @@ int FindByOrdinal(const File& file, int ordinal) {
 
 void RaisePeak(DeviceRecord* r, uint64_t used) { r->peak = std::max(r->peak, used); }
 
+// One budget of a device: its total, the most the total may reach (2^63 for a device without a
+// memory limit; a host limit of 0 admits nothing), the slot's share and the high-water mark.
+struct Budget {
+  format::AtomicU64& total;
+  uint64_t cap;
+  format::AtomicU64& held;
+  uint64_t& peak;
+};
+
+Budget DeviceBudget(File* file, int slot, int device) {
+  DeviceRecord& r = file->devices[device];
+  const uint64_t limit = Load(r.memory_limit);
+  const uint64_t cap = (limit == 0 || limit > kMaxPlausibleBytes) ? kMaxPlausibleBytes : limit;
+  return {r.used, cap, file->slots[slot].charged[device], r.peak};
+}
+
+Budget SpillBudget(File* file, int slot, int device) {
+  DeviceRecord& r = file->devices[device];
+  return {r.spilled, std::min(Load(r.host_limit), kMaxPlausibleBytes), file->slots[slot].spilled[device], r.spill_peak};
+}
+
+Admission Admit(Budget b, uint64_t bytes) {
+  const uint64_t total = Load(b.total);
+  if (total > b.cap || bytes > b.cap - total) return Admission::kRefused;
+  Store(b.held, Load(b.held) + bytes);
+  Store(b.total, total + bytes);
+  b.peak = std::max(b.peak, total + bytes);
+  return Admission::kAdmitted;
+}
+
+// Returns up to `bytes`; false when the slot held less.
+bool GiveBack(Budget b, uint64_t bytes) {
+  const uint64_t held = Load(b.held);
+  const uint64_t take = std::min(bytes, held);
+  Store(b.held, held - take);
+  const uint64_t total = Load(b.total);
+  Store(b.total, total >= take ? total - take : 0);
+  return take == bytes;
+}
+
 }  // namespace
 
 std::string FixedString(const char* bytes, size_t size) {
@@ -223,7 +298,7 @@ void RepairAfterOwnerDeath(File* file) {
   h.device_count = std::min<uint32_t>(h.device_count, kLedgerMaxDevices);
   h.slot_high_water = std::min<uint32_t>(h.slot_high_water, kLedgerMaxProcesses);
   for (int d = static_cast<int>(h.device_count); d < kLedgerMaxDevices; ++d) ClearDeviceRecord(&file->devices[d]);
-  unsigned __int128 sums[kLedgerMaxDevices] = {};
+  SlotSums sums;
   for (int s = 0; s < kLedgerMaxProcesses; ++s) {
     ProcessSlot& p = file->slots[s];
     if (p.state != format::kSlotActive || s >= static_cast<int>(h.slot_high_water)) {
@@ -234,14 +309,23 @@ void RepairAfterOwnerDeath(File* file) {
       if (d >= static_cast<int>(h.device_count)) {
         Store(p.charged[d], 0);
         Store(p.overhead[d], 0);
+        Store(p.spilled[d], 0);
       }
-      sums[d] += static_cast<unsigned __int128>(Load(p.charged[d])) + Load(p.overhead[d]);
+      sums.used[d] += static_cast<unsigned __int128>(Load(p.charged[d])) + Load(p.overhead[d]);
+      sums.spilled[d] += Load(p.spilled[d]);
     }
   }
+  const auto clamp = [](unsigned __int128 sum) {
+    return sum > kMaxPlausibleBytes ? kMaxPlausibleBytes : static_cast<uint64_t>(sum);
+  };
   for (uint32_t d = 0; d < h.device_count; ++d) {
-    const uint64_t used = sums[d] > kMaxPlausibleBytes ? kMaxPlausibleBytes : static_cast<uint64_t>(sums[d]);
-    Store(file->devices[d].used, used);
-    RaisePeak(&file->devices[d], used);
+    DeviceRecord& r = file->devices[d];
+    const uint64_t used = clamp(sums.used[d]);
+    Store(r.used, used);
+    RaisePeak(&r, used);
+    const uint64_t spilled = clamp(sums.spilled[d]);
+    Store(r.spilled, spilled);
+    r.spill_peak = std::max(r.spill_peak, spilled);
   }
   ++h.lock_recoveries;
   h.last_reclaim_ns = 0;  // the dead owner's own slot is due for reclaim now
@@ -251,9 +335,13 @@ void FreeSlot(File* file, int slot) {
   ProcessSlot& p = file->slots[slot];
   const uint32_t count = std::min<uint32_t>(file->header.device_count, kLedgerMaxDevices);  // not validated yet at boot reconcile
   for (uint32_t d = 0; d < count; ++d) {
+    DeviceRecord& r = file->devices[d];
     const uint64_t held = Load(p.charged[d]) + Load(p.overhead[d]);
-    const uint64_t used = Load(file->devices[d].used);
-    Store(file->devices[d].used, used >= held ? used - held : 0);
+    const uint64_t used = Load(r.used);
+    Store(r.used, used >= held ? used - held : 0);
+    const uint64_t spilled_here = Load(p.spilled[d]);
+    const uint64_t spilled = Load(r.spilled);
+    Store(r.spilled, spilled >= spilled_here ? spilled - spilled_here : 0);
   }
   ClearSlot(&p);
 }
@@ -280,28 +368,23 @@ bool ReclaimDue(const File& file, uint64_t now_ns) {
 Admission ReserveLocked(File* file, int slot, int device, uint64_t bytes) {
   if (!ValidSlot(*file, slot) || !ValidDevice(*file, device)) return Admission::kInvalid;
   if (bytes == 0) return Admission::kAdmitted;
-  DeviceRecord& r = file->devices[device];
-  const uint64_t used = Load(r.used);
-  const uint64_t limit = Load(r.memory_limit);
-  const uint64_t cap = (limit == 0 || limit > kMaxPlausibleBytes) ? kMaxPlausibleBytes : limit;
-  if (used > cap || bytes > cap - used) return Admission::kRefused;
-  format::AtomicU64& charged = file->slots[slot].charged[device];
-  Store(charged, Load(charged) + bytes);
-  Store(r.used, used + bytes);
-  RaisePeak(&r, used + bytes);
-  return Admission::kAdmitted;
+  return Admit(DeviceBudget(file, slot, device), bytes);
 }
 
 bool ReleaseLocked(File* file, int slot, int device, uint64_t bytes) {
   if (!ValidSlot(*file, slot) || !ValidDevice(*file, device)) return false;
-  format::AtomicU64& charged = file->slots[slot].charged[device];
-  const uint64_t held = Load(charged);
-  const uint64_t take = std::min(bytes, held);
-  Store(charged, held - take);
-  DeviceRecord& r = file->devices[device];
-  const uint64_t used = Load(r.used);
-  Store(r.used, used >= take ? used - take : 0);
-  return take == bytes;
+  return GiveBack(DeviceBudget(file, slot, device), bytes);
+}
+
+Admission SpillLocked(File* file, int slot, int device, uint64_t bytes) {
+  if (!ValidSlot(*file, slot) || !ValidDevice(*file, device)) return Admission::kInvalid;
+  if (bytes == 0) return Admission::kAdmitted;
+  return Admit(SpillBudget(file, slot, device), bytes);
+}
+
+bool ReleaseSpillLocked(File* file, int slot, int device, uint64_t bytes) {
+  if (!ValidSlot(*file, slot) || !ValidDevice(*file, device)) return false;
+  return GiveBack(SpillBudget(file, slot, device), bytes);
 }
 
 void SetOverheadLocked(File* file, int slot, int device, uint64_t bytes) {
@@ -366,7 +449,8 @@ int BindDeviceLocked(File* file, int ordinal, const std::string& uuid, std::stri
   }
   const int d = static_cast<int>(h.device_count);
   InitDeviceRecord(&file->devices[d], ordinal, uuid);
-  SetRecordLimits(&file->devices[d], h.default_memory_limit, h.default_sm_limit, h.default_sm_soft_limit);
+  SetRecordLimits(&file->devices[d], h.default_memory_limit, h.default_sm_limit, h.default_sm_soft_limit,
+                  h.default_host_limit);
   ++h.device_count;  // last: a half-written record beyond the count is cleared by a repair
   return d;
 }
@@ -416,9 +500,11 @@ std::string ApplyLimitsLocked(File* file, const LimitSet& limits) {
   h.default_memory_limit = limits.default_memory_limit;
   h.default_sm_limit = limits.default_sm_limit;
   h.default_sm_soft_limit = limits.default_sm_soft_limit;
+  h.default_host_limit = limits.default_host_limit;
   Store(h.task_priority, static_cast<uint64_t>(limits.task_priority));
   for (uint32_t d = 0; d < h.device_count; ++d) {
-    SetRecordLimits(&file->devices[d], limits.default_memory_limit, limits.default_sm_limit, limits.default_sm_soft_limit);
+    SetRecordLimits(&file->devices[d], limits.default_memory_limit, limits.default_sm_limit, limits.default_sm_soft_limit,
+                    limits.default_host_limit);
   }
   for (size_t i = 0; i < limits.devices.size(); ++i) {
     const DeviceLimit& dl = limits.devices[i];
@@ -426,7 +512,7 @@ std::string ApplyLimitsLocked(File* file, const LimitSet& limits) {
     if (target[i] >= static_cast<int>(h.device_count)) InitDeviceRecord(&r, dl.ordinal, dl.uuid);
     if (r.ordinal == -1) r.ordinal = dl.ordinal;
     if (r.uuid[0] == '\0' && !dl.uuid.empty()) SetUuid(&r, dl.uuid);
-    SetRecordLimits(&r, dl.memory_limit, dl.sm_limit, dl.sm_soft_limit);
+    SetRecordLimits(&r, dl.memory_limit, dl.sm_limit, dl.sm_soft_limit, dl.host_limit);
   }
   h.device_count = static_cast<uint32_t>(new_count);
   ++h.limits_generation;
@@ -440,11 +526,13 @@ LimitSet LimitsOf(const File& file) {
   limits.default_memory_limit = h.default_memory_limit;
   limits.default_sm_limit = h.default_sm_limit;
   limits.default_sm_soft_limit = h.default_sm_soft_limit;
+  limits.default_host_limit = h.default_host_limit;
   limits.task_priority = static_cast<int>(Load(h.task_priority));
   for (uint32_t d = 0; d < std::min<uint32_t>(h.device_count, kLedgerMaxDevices); ++d) {
     const DeviceRecord& r = file.devices[d];
     limits.devices.push_back({r.ordinal, FixedString(r.uuid, sizeof(r.uuid)), Load(r.memory_limit),
-                              static_cast<int>(Load(r.sm_limit)), static_cast<int>(Load(r.sm_soft_limit))});
+                              static_cast<int>(Load(r.sm_limit)), static_cast<int>(Load(r.sm_soft_limit)),
+                              Load(r.host_limit)});
   }
   return limits;
 }
@@ -458,6 +546,7 @@ Snapshot SnapshotOf(const File& file, const std::string& path) {
   snap.default_memory_limit = h.default_memory_limit;
   snap.default_sm_limit = h.default_sm_limit;
   snap.default_sm_soft_limit = h.default_sm_soft_limit;
+  snap.default_host_limit = h.default_host_limit;
   snap.created_unix_ns = h.created_unix_ns;
   snap.lock_recoveries = h.lock_recoveries;
   snap.reclaimed_processes = h.reclaimed_processes;
@@ -474,6 +563,10 @@ Snapshot SnapshotOf(const File& file, const std::string& path) {
     usage.used = Load(r.used);
     usage.peak = r.peak;
     usage.oom_refusals = r.oom_refusals;
+    usage.host_limit = Load(r.host_limit);
+    usage.spilled = Load(r.spilled);
+    usage.spill_peak = r.spill_peak;
+    usage.spill_refusals = r.spill_refusals;
     const compute::ComputeShareState& c = file.compute[d];
     usage.share_ppm = c.share_ewma_ppm.load(std::memory_order_relaxed);
     usage.busy_ns = c.busy_total_ns.load(std::memory_order_relaxed);
@@ -492,6 +585,7 @@ Snapshot SnapshotOf(const File& file, const std::string& path) {
     for (uint32_t d = 0; d < count; ++d) {
       usage.charged[d] = Load(p.charged[d]);
       usage.overhead[d] = Load(p.overhead[d]);
+      usage.spilled[d] = Load(p.spilled[d]);
     }
     snap.processes.push_back(usage);
   }

@@ -14,22 +14,28 @@ struct Effective {
   uint64_t memory = 0;
   int sm = 0;
   int soft = 0;
+  uint64_t host = 0;
 };
 
 Effective Defaults(const LimitSet& limits) {
-  return {limits.default_memory_limit, limits.default_sm_limit, limits.default_sm_soft_limit};
+  return {limits.default_memory_limit, limits.default_sm_limit, limits.default_sm_soft_limit,
+          limits.default_host_limit};
+}
+
+Effective Of(const DeviceLimit& device) {
+  return {device.memory_limit, device.sm_limit, device.sm_soft_limit, device.host_limit};
 }
 
 Effective ForOrdinal(const LimitSet& limits, int ordinal) {
   for (const DeviceLimit& device : limits.devices) {
-    if (device.ordinal == ordinal) return {device.memory_limit, device.sm_limit, device.sm_soft_limit};
+    if (device.ordinal == ordinal) return Of(device);
   }
   return Defaults(limits);
 }
 
 Effective ForUuid(const LimitSet& limits, const std::string& uuid) {
   for (const DeviceLimit& device : limits.devices) {
-    if (device.uuid == uuid) return {device.memory_limit, device.sm_limit, device.sm_soft_limit};
+    if (device.uuid == uuid) return Of(device);
   }
   return Defaults(limits);
 }
@@ -44,6 +50,8 @@ void CompareEffective(const std::string& what, const Effective& a, const Effecti
   if (a.memory != b.memory) add("memory limit " + Memory(a.memory) + " vs " + Memory(b.memory));
   if (a.sm != b.sm) add("compute limit " + Percent(a.sm, "unlimited") + " vs " + Percent(b.sm, "unlimited"));
   if (a.soft != b.soft) add("soft compute limit " + Percent(a.soft, "none") + " vs " + Percent(b.soft, "none"));
+  const auto host = [](uint64_t bytes) { return bytes == 0 ? std::string("no spilling") : FormatSize(bytes); };
+  if (a.host != b.host) add("host spill limit " + host(a.host) + " vs " + host(b.host));
 }
 
 std::string CheckDeviceLimit(const DeviceLimit& device) {
@@ -56,6 +64,7 @@ std::string CheckDeviceLimit(const DeviceLimit& device) {
   }
   if (device.ordinal == -1 && device.uuid.empty()) return "a device needs an ordinal or a uuid";
   if (device.memory_limit > format::kMaxPlausibleBytes) return "memory limit above 2^63 bytes";
+  if (device.host_limit > format::kMaxPlausibleBytes) return "host spill limit above 2^63 bytes";
   if (device.sm_limit < 0 || device.sm_limit > 100 || device.sm_soft_limit < 0 || device.sm_soft_limit > 100) {
     return "compute limits must be percentages 0..100";
   }
@@ -79,6 +88,7 @@ std::string ValidateLimitSet(const LimitSet& limits) {
     return std::to_string(limits.devices.size()) + " devices, more than " + std::to_string(kLedgerMaxDevices);
   }
   if (limits.default_memory_limit > format::kMaxPlausibleBytes) return "default memory limit above 2^63 bytes";
+  if (limits.default_host_limit > format::kMaxPlausibleBytes) return "default host spill limit above 2^63 bytes";
   if (limits.default_sm_limit < 0 || limits.default_sm_limit > 100 || limits.default_sm_soft_limit < 0 ||
       limits.default_sm_soft_limit > 100) {
     return "default compute limits must be percentages 0..100";
@@ -131,13 +141,14 @@ LimitSet LimitSetFromConfig(const Config& config, Authority authority) {
   limits.default_memory_limit = config.memory_limit_all;
   limits.default_sm_limit = config.sm_limit_all >= 100 ? 0 : config.sm_limit_all;
   limits.default_sm_soft_limit = config.sm_soft_limit;
+  limits.default_host_limit = config.HostSpillLimitAll();
   for (int i = 0; i < kLedgerMaxDevices && i < kMaxDevices; ++i) {
     const bool has_uuid = static_cast<size_t>(i) < config.device_uuids.size();
     const bool listed = config.memory_limit_device[i] != 0 || config.sm_limit_device[i] != 0 ||
                         config.sm_soft_limit_device[i] != 0 || has_uuid;
     if (!listed) continue;
     limits.devices.push_back({i, has_uuid ? config.device_uuids[i] : std::string(), config.MemoryLimit(i),
-                              config.SmLimit(i), config.SmSoftLimit(i)});
+                              config.SmLimit(i), config.SmSoftLimit(i), config.HostSpillLimit(i)});
   }
   return limits;
 }

@@ -107,6 +107,8 @@ fi
 
 # --- memory limit: paths, NVML peak, frameworks (tests/gpu/memory/run_memory.sh) ------------------
 source "$ROOT/tests/gpu/memory/run_memory.sh"
+# Oversubscription: 3 GiB of PyTorch tensors under a 1 GiB limit (tests/gpu/memory/oversubscribe.sh).
+[ $QUICK = 0 ] && source "$ROOT/tests/gpu/memory/oversubscribe.sh"
 
 # --- 3. overhead, library against native in one run ----------------------------------------------
 ROUNDS=$([ $QUICK = 1 ] && echo 3 || echo 15)

@@ -148,7 +148,7 @@ void TeardownContext(Context* ctx) {
   auto& allocations = Rt().allocations;
   for (auto it = allocations.begin(); it != allocations.end();) {
     if (it->second.kind == AllocKind::kDevice && it->second.ctx == ctx) {
-      State().Uncharge(it->second.device, it->second.size);
+      State().Uncharge(it->second.device, DeviceBytes(it->second));
       ReleaseAddress(it->first);
       it = allocations.erase(it);
     } else {

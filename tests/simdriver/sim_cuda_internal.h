@@ -82,6 +82,9 @@ struct Module {
 
 enum class AllocKind { kDevice, kPool };
 
+// Where managed memory's pages are, as the simulation models it (sim_cuda_managed.cc).
+inline constexpr int kNoLocation = -2;  // no preferred location; CU_DEVICE_CPU (-1) = the host
+
 struct Allocation {
   uint64_t requested = 0;
   uint64_t size = 0;           // bytes charged (kDevice) or the block size (kPool)
@@ -89,7 +92,16 @@ struct Allocation {
   Context* ctx = nullptr;      // kDevice: freed with its context
   AllocKind kind = AllocKind::kDevice;
   Pool* pool = nullptr;
+  // Managed memory (cuMemAllocManaged): charged to `device` only while resident there.
+  bool managed = false;
+  bool resident = true;            // false: the pages are on the host (not charged)
+  int preferred = kNoLocation;     // CU_MEM_ADVISE_SET_PREFERRED_LOCATION (CU_DEVICE_CPU or a physical device)
+  std::set<int> accessed_by;       // CU_MEM_ADVISE_SET_ACCESSED_BY (physical devices)
+  int last_prefetch = kNoLocation; // cuMemPrefetchAsync target (CU_DEVICE_CPU or a physical device)
 };
+
+// Device bytes an allocation holds (0 for managed memory on the host).
+inline uint64_t DeviceBytes(const Allocation& allocation) { return allocation.resident ? allocation.size : 0; }
 
 struct Pool {
   int device = 0;
@@ -239,6 +251,9 @@ void ReleaseAddress(CUdeviceptr base);
 
 // Device allocations charged to the device (cuMemAlloc, pitch, managed).
 CUresult AllocDevice(Context* ctx, uint64_t bytes, bool low32, CUdeviceptr* out);
+// Managed memory (sim_cuda_managed.cc): CU_MEM_ATTACH_GLOBAL memory is resident on the context's
+// device (charged like device memory); CU_MEM_ATTACH_HOST memory starts on the host (not charged).
+CUresult AllocManaged(Context* ctx, uint64_t bytes, unsigned flags, CUdeviceptr* out);
 CUresult FreeDevice(CUdeviceptr dptr);
 
 // Pools (sim_cuda_pool.cc).

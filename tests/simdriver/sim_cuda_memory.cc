@@ -180,7 +180,13 @@ SIM_EXPORT CUresult cuMemAllocPitch(CUdeviceptr_v1* dptr, unsigned int* pPitch, 
 
 SIM_EXPORT CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t bytesize, unsigned int flags) {
   if (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST) return CUDA_ERROR_INVALID_VALUE;
-  return Guarded([&] { return Alloc(dptr, bytesize, false); });
+  return Guarded([&] {
+    Api api;
+    Context* ctx = nullptr;
+    if (const CUresult rc = api.Current(&ctx); rc != CUDA_SUCCESS) return rc;
+    if (dptr == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    return AllocManaged(ctx, bytesize, flags, dptr);
+  });
 }
 
 SIM_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) { return Guarded([&] { return Free(dptr); }); }

@@ -218,7 +218,7 @@ CUresult FreeDevice(CUdeviceptr dptr) {
     PoolFree(dptr);
     return CUDA_SUCCESS;
   }
-  State().Uncharge(it->second.device, it->second.size);
+  State().Uncharge(it->second.device, DeviceBytes(it->second));
   Rt().allocations.erase(it);
   ReleaseAddress(dptr);
   return CUDA_SUCCESS;

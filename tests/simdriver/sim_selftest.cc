@@ -372,6 +372,59 @@ void TestAllocKinds() {
 }
 
 // A second process on the same state file sees our usage and we see its; killing it frees its.
+// Managed memory: where it is (charged only on the device), advice, prefetch, attributes.
+void TestManaged() {
+  CUdeviceptr host_side = 0, device_side = 0, plain = 0;
+  SIM_OK(cuMemAllocManaged(&host_side, 10 * kMiB, CU_MEM_ATTACH_HOST));
+  SIM_CHECK(FreeBytes() == 768 * kMiB);  // starts on the host
+  SIM_OK(cuMemAllocManaged(&device_side, 10 * kMiB, CU_MEM_ATTACH_GLOBAL));
+  SIM_CHECK(FreeBytes() == 758 * kMiB);  // resident on the device
+  SIM_OK(cuMemAlloc(&plain, 2 * kMiB));
+  unsigned int managed = 7;
+  SIM_OK(cuPointerGetAttribute(&managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, host_side + 4096));
+  SIM_CHECK(managed == 1);
+  SIM_OK(cuPointerGetAttribute(&managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, plain));
+  SIM_CHECK(managed == 0);
+  int ordinal = -1;
+  SIM_OK(cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, host_side));
+  SIM_CHECK(ordinal == 0);
+  SIM_CHECK_CU(cuPointerGetAttribute(&managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, 0x10), CUDA_ERROR_INVALID_VALUE);
+
+  CUmemLocation host{};
+  host.type = CU_MEM_LOCATION_TYPE_HOST;
+  CUmemLocation dev0{};
+  dev0.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  dev0.id = 0;
+  int value = 0;
+  SIM_OK(cuMemRangeGetAttribute(&value, sizeof value, CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION, host_side, kMiB));
+  SIM_CHECK(value == CU_DEVICE_INVALID);
+  SIM_OK(cuMemAdvise(host_side, 10 * kMiB, CU_MEM_ADVISE_SET_PREFERRED_LOCATION, host));
+  SIM_OK(cuMemAdvise(host_side, 10 * kMiB, CU_MEM_ADVISE_SET_ACCESSED_BY, dev0));
+  SIM_OK(cuMemRangeGetAttribute(&value, sizeof value, CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION, host_side, kMiB));
+  SIM_CHECK(value == CU_DEVICE_CPU);
+  int accessed[3] = {9, 9, 9};
+  SIM_OK(cuMemRangeGetAttribute(accessed, sizeof accessed, CU_MEM_RANGE_ATTRIBUTE_ACCESSED_BY, host_side, kMiB));
+  SIM_CHECK(accessed[0] == 0 && accessed[1] == CU_DEVICE_INVALID && accessed[2] == CU_DEVICE_INVALID);
+  SIM_CHECK(FreeBytes() == 756 * kMiB);  // advice moves nothing
+  SIM_CHECK_CU(cuMemAdvise(plain, kMiB, CU_MEM_ADVISE_SET_PREFERRED_LOCATION, host), CUDA_ERROR_INVALID_VALUE);
+  SIM_CHECK_CU(cuMemAdvise(host_side, 11 * kMiB, CU_MEM_ADVISE_SET_PREFERRED_LOCATION, host), CUDA_ERROR_INVALID_VALUE);
+
+  // Prefetching moves it: onto the device (charged), back to the host (not).
+  SIM_OK(cuMemPrefetchAsync(host_side, 10 * kMiB, dev0, 0, nullptr));
+  SIM_CHECK(FreeBytes() == 746 * kMiB);
+  SIM_OK(cuMemRangeGetAttribute(&value, sizeof value, CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION, host_side, kMiB));
+  SIM_CHECK(value == 0);
+  SIM_OK(cuMemPrefetchAsync(host_side, 10 * kMiB, host, 0, nullptr));
+  SIM_OK(cuMemPrefetchAsync(device_side, 10 * kMiB, host, 0, nullptr));
+  SIM_CHECK(FreeBytes() == 766 * kMiB);
+  SIM_OK(cuMemRangeGetAttribute(&value, sizeof value, CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION, device_side, kMiB));
+  SIM_CHECK(value == CU_DEVICE_CPU);
+  SIM_OK(cuMemFree(host_side));
+  SIM_OK(cuMemFree(device_side));
+  SIM_OK(cuMemFree(plain));
+  SIM_CHECK(FreeBytes() == 768 * kMiB);
+}
+
 void TestTwoProcesses(int self) {
   const uint64_t before = FreeBytes();
   int out = -1;
@@ -638,6 +691,7 @@ int main(int argc, char** argv) {
   TestMemory(self);
   TestAllocToOom(self);
   TestAllocKinds();
+  TestManaged();
   TestTwoProcesses(self);
   TestDeadLockHolder();
   TestFork(self);
