@@ -2,6 +2,12 @@
 // against a test kubelet (test_kubelet.h, gRPC over unix sockets in a temp directory) and a test
 // API server (test_apiserver.py: HTTPS with a test CA, resourceVersion semantics, 409 on
 // conflict, watch). Nothing here talks to a real cluster.
+//
+// The node binary is the real vgpu-node (mode hami, volcano or standalone) on the simulated NVML
+// (tests/simdriver: two GPUs; XID events injected through a file make a GPU unhealthy, and it
+// recovers after health_recovery) when vgpu-node is part of the build (VGPU_NODE_BINARY);
+// otherwise vgpu-k8s-test-node, which hosts the same module with the same two GPUs read from a
+// file. The GPUs, and so every golden string, are the same for both.
 #include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -33,8 +39,10 @@ using namespace std::chrono_literals;
 using testing::TestKubelet;
 
 constexpr char kNode[] = "gpu-node-1";
-constexpr char kGpu0[] = "GPU-11111111-2222-3333-4444-555555555555";
-constexpr char kGpu1[] = "GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee";
+// The simulated NVML's GPUs (tests/simdriver/README.md).
+constexpr char kGpu0[] = "GPU-5151a000-0000-4000-8000-000000000000";
+constexpr char kGpu1[] = "GPU-5151a000-0000-4000-8000-000000000001";
+constexpr char kGpuName[] = "Simulated GPU (vgpu test double)";
 constexpr char kLockTime[] = "2026-11-21T09:30:05Z";
 
 bool WaitFor(const std::function<bool()>& condition, std::chrono::milliseconds timeout) {
@@ -61,12 +69,14 @@ void WriteText(const std::string& path, const std::string& text) {
 // A child process with its output in a log file; SIGTERM (then SIGKILL) when destroyed.
 class Child {
  public:
-  Child(std::vector<std::string> argv, const std::string& log) : log_(log) {
+  Child(std::vector<std::string> argv, const std::string& log, const std::map<std::string, std::string>& env = {})
+      : log_(log) {
     pid_ = fork();
     if (pid_ == 0) {
       int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
       dup2(fd, 1);
       dup2(fd, 2);
+      for (const auto& [name, value] : env) setenv(name.c_str(), value.c_str(), 1);
       std::vector<char*> args;
       for (auto& arg : argv) args.push_back(arg.data());
       args.push_back(nullptr);
@@ -115,7 +125,7 @@ class K8sIntegrationTest : public ::testing::Test {
     ASSERT_NE(mkdtemp(pattern), nullptr);
     dir_ = pattern;
     for (const char* sub : {"kubelet", "state", "api"}) std::filesystem::create_directory(dir_ + "/" + sub);
-    WriteGpus(true, true);
+    std::ofstream(events()).flush();
     kubelet_ = std::make_unique<TestKubelet>(dir_ + "/kubelet");
     ASSERT_TRUE(kubelet_->Start());
   }
@@ -131,14 +141,30 @@ class K8sIntegrationTest : public ::testing::Test {
     std::filesystem::remove_all(dir_);
   }
 
-  void WriteGpus(bool healthy0, bool healthy1, int memory_mib = 81559, const char* name = "NVIDIA H100 80GB HBM3") {
-    Json doc = {{"gpus",
-                 {{{"uuid", kGpu0}, {"index", 0}, {"memory_mib", memory_mib}, {"name", name}, {"numa", 0},
-                   {"healthy", healthy0}},
-                  {{"uuid", kGpu1}, {"index", 1}, {"memory_mib", memory_mib}, {"name", name}, {"numa", 1},
-                   {"healthy", healthy1}}}}};
-    WriteText(dir_ + "/gpus.json", doc.dump());
+  std::string events() const { return dir_ + "/nvml-events"; }
+  // Makes GPU `index` unhealthy (healthy = false) or lets it recover (true). vgpu-node: a
+  // critical XID event; it recovers by itself after health_recovery (1 s). The test host: its
+  // GPU file is rewritten.
+  void SetGpuHealth(int index, bool healthy) {
+#ifdef VGPU_NODE_BINARY
+    if (!healthy) std::ofstream(events(), std::ios::app) << index << " xid 79\n";
+#else
+    healthy_[index] = healthy;
+    WriteGpuFile();
+#endif
   }
+#ifndef VGPU_NODE_BINARY
+  void WriteGpuFile() {
+    Json gpus = Json::array();
+    for (int i = 0; i < 2; ++i) {
+      gpus.push_back({{"uuid", i == 0 ? kGpu0 : kGpu1}, {"index", i}, {"memory_mib", gpu_memory_mib_},
+                      {"name", kGpuName}, {"healthy", healthy_[i]}});
+    }
+    WriteText(dir_ + "/gpus.json", Json{{"gpus", gpus}}.dump());
+  }
+  int gpu_memory_mib_ = 81559;
+  bool healthy_[2] = {true, true};
+#endif
 
   void StartApiServer() {
     const std::string api = dir_ + "/api";
@@ -195,26 +221,47 @@ class K8sIntegrationTest : public ::testing::Test {
     Put(NodePath(kNode), node);
   }
 
-  // Starts the node binary in `mode` with extra settings; waits until every resource registered.
-  void StartNode(const std::string& mode, std::vector<std::string> settings, std::vector<std::string> resources) {
-    std::vector<std::string> argv = {VGPU_K8S_NODE_BINARY,
-                                     "--gpus=" + dir_ + "/gpus.json",
-                                     "--log-level=3",
-                                     "--mode=" + mode,
-                                     "--node_name=" + std::string(kNode),
-                                     "--device_plugin_dir=" + dir_ + "/kubelet",
-                                     "--state_dir=" + dir_ + "/state"};
-    if (!server_.empty()) {
-      argv.push_back("--api_server=" + server_);
-      argv.push_back("--api_ca_file=" + dir_ + "/api/ca.crt");
-      argv.push_back("--api_token_file=" + dir_ + "/api/token");
-      argv.push_back("--api_token_refresh_s=3600");
-    }
-    for (auto& setting : settings) argv.push_back(std::move(setting));
-    node_ = std::make_unique<Child>(argv, dir_ + "/node.log");
+  // Starts the node binary in `mode` with extra module settings ("key=value"); waits until every
+  // resource registered. The GPUs have `gpu_memory_mib` each.
+  void StartNode(const std::string& mode, const std::vector<std::string>& settings, std::vector<std::string> resources,
+                 int gpu_memory_mib = 81559) {
+    LaunchNode(mode, settings, gpu_memory_mib);
     for (const std::string& resource : resources) {
       ASSERT_TRUE(kubelet_->WaitForRegistration(resource, 1, 20s)) << resource << " never registered:\n" << node_->Log();
     }
+  }
+  void LaunchNode(const std::string& mode, std::vector<std::string> settings, int gpu_memory_mib) {
+    settings.push_back("device_plugin_dir=" + dir_ + "/kubelet");
+    if (!server_.empty()) {
+      settings.push_back("api_server=" + server_);
+      settings.push_back("api_ca_file=" + dir_ + "/api/ca.crt");
+      settings.push_back("api_token_file=" + dir_ + "/api/token");
+      settings.push_back("api_token_refresh_s=3600");
+    }
+#ifdef VGPU_NODE_BINARY
+    // vgpu-node: the module's options are "<mode>.<key>".
+    std::vector<std::string> argv = {VGPU_NODE_BINARY,
+                                     "--mode=" + mode,
+                                     "--state_dir=" + dir_ + "/state",
+                                     "--metrics_listen=off",
+                                     "--nvml_library=" + std::string(VGPU_SIM_DIR) + "/libnvidia-ml.so.1",
+                                     "--health_recovery=1s",
+                                     "--log_level=info",
+                                     "--node_name=" + std::string(kNode)};
+    for (const std::string& setting : settings) argv.push_back("--" + mode + "." + setting);
+    const std::map<std::string, std::string> env = {{"VGPU_SIM_DEVICE_COUNT", "2"},
+                                                    {"VGPU_SIM_MEMORY", std::to_string(gpu_memory_mib) + "MiB"},
+                                                    {"VGPU_SIM_NVML_EVENTS", events()}};
+#else
+    gpu_memory_mib_ = gpu_memory_mib;
+    WriteGpuFile();
+    std::vector<std::string> argv = {VGPU_K8S_TEST_NODE, "--gpus=" + dir_ + "/gpus.json", "--log-level=3",
+                                     "--mode=" + mode, "--node_name=" + std::string(kNode),
+                                     "--state_dir=" + dir_ + "/state"};
+    for (const std::string& setting : settings) argv.push_back("--" + setting);
+    const std::map<std::string, std::string> env;
+#endif
+    node_ = std::make_unique<Child>(argv, dir_ + "/node.log", env);
   }
 
   std::vector<std::string> DeviceIds(const std::string& resource) {
@@ -251,10 +298,10 @@ std::map<std::string, std::string> Mounts(const v1beta1::AllocateResponse& respo
 }
 
 const char kHamiGolden[] =
-    "[{\"id\":\"GPU-11111111-2222-3333-4444-555555555555\",\"count\":10,\"devmem\":81559,\"devcore\":100,"
-    "\"type\":\"NVIDIA-NVIDIA H100 80GB HBM3\",\"mode\":\"hami-core\",\"health\":true},"
-    "{\"id\":\"GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee\",\"index\":1,\"count\":10,\"devmem\":81559,\"devcore\":100,"
-    "\"type\":\"NVIDIA-NVIDIA H100 80GB HBM3\",\"numa\":1,\"mode\":\"hami-core\",\"health\":true}]";
+    "[{\"id\":\"GPU-5151a000-0000-4000-8000-000000000000\",\"count\":10,\"devmem\":81559,\"devcore\":100,"
+    "\"type\":\"NVIDIA-Simulated GPU (vgpu test double)\",\"mode\":\"hami-core\",\"health\":true},"
+    "{\"id\":\"GPU-5151a000-0000-4000-8000-000000000001\",\"index\":1,\"count\":10,\"devmem\":81559,\"devcore\":100,"
+    "\"type\":\"NVIDIA-Simulated GPU (vgpu test double)\",\"mode\":\"hami-core\",\"health\":true}]";
 
 TEST_F(K8sIntegrationTest, HamiRegistersWithTheKubeletAndAnnotatesTheNode) {
   StartApiServer();
@@ -264,13 +311,12 @@ TEST_F(K8sIntegrationTest, HamiRegistersWithTheKubeletAndAnnotatesTheNode) {
   EXPECT_EQ(request->version(), "v1beta1");
   EXPECT_EQ(request->endpoint(), "vgpu-nvidia.com_gpu.sock");
   EXPECT_TRUE(request->options().get_preferred_allocation_available());
-  // 10 virtual devices per GPU, "<uuid>-<n>", NUMA topology.
+  // 10 virtual devices per GPU, "<uuid>-<n>".
   auto list = kubelet_->WatchDevices("nvidia.com/gpu", [](const auto& l) { return l.devices_size() == 20; }, 10s);
   ASSERT_EQ(list.devices_size(), 20);
   EXPECT_EQ(list.devices(0).id(), std::string(kGpu0) + "-0");
   EXPECT_EQ(list.devices(19).id(), std::string(kGpu1) + "-9");
   EXPECT_EQ(list.devices(19).health(), "Healthy");
-  EXPECT_EQ(list.devices(19).topology().nodes(0).id(), 1);
   // Node annotations, byte for byte what HAMi 2.8 parses.
   ASSERT_TRUE(WaitFor([&] { return Annotation(NodePath(kNode), "hami.io/node-nvidia-register") != "<absent>"; }, 10s));
   EXPECT_EQ(Annotation(NodePath(kNode), "hami.io/node-nvidia-register"), kHamiGolden);
@@ -279,7 +325,7 @@ TEST_F(K8sIntegrationTest, HamiRegistersWithTheKubeletAndAnnotatesTheNode) {
 
 TEST_F(K8sIntegrationTest, HamiHandshakeRequestIsAnsweredAtOnce) {
   StartApiServer();
-  StartNode("hami", {"--register_interval_s=3600"}, {"nvidia.com/gpu"});
+  StartNode("hami", {"register_interval_s=3600"}, {"nvidia.com/gpu"});
   ASSERT_TRUE(WaitFor([&] { return Annotation(NodePath(kNode), "hami.io/node-handshake").rfind("Reported", 0) == 0; }, 10s));
   // The scheduler asks again (it drops nodes that do not answer within a minute).
   Lock("hami.io/node-handshake", "Requesting_2026.11.21 09:30:05");
@@ -411,7 +457,7 @@ TEST_F(K8sIntegrationTest, KubeletRestartLeadsToReregistrationWithinTwoSeconds) 
 
 TEST_F(K8sIntegrationTest, GpuTurnsUnhealthyAndRecovers) {
   StartApiServer();
-  StartNode("hami", {"--register_interval_s=3600"}, {"nvidia.com/gpu"});
+  StartNode("hami", {"register_interval_s=3600"}, {"nvidia.com/gpu"});
   auto health_of = [](const v1beta1::ListAndWatchResponse& list, const std::string& prefix) {
     std::set<std::string> health;
     for (const auto& device : list.devices()) {
@@ -420,16 +466,16 @@ TEST_F(K8sIntegrationTest, GpuTurnsUnhealthyAndRecovers) {
     return health;
   };
   kubelet_->WatchDevices("nvidia.com/gpu", [](const auto& l) { return l.devices_size() == 20; }, 10s);
-  WriteGpus(true, false);
+  SetGpuHealth(1, false);
   auto sick = kubelet_->WatchDevices(
       "nvidia.com/gpu", [&](const auto& l) { return health_of(l, kGpu1) == std::set<std::string>{"Unhealthy"}; }, 5s);
   EXPECT_EQ(health_of(sick, kGpu1), std::set<std::string>{"Unhealthy"});
   EXPECT_EQ(health_of(sick, kGpu0), std::set<std::string>{"Healthy"});
   // The scheduler learns it too (HAMi omits "health" when false).
   EXPECT_TRUE(WaitFor([&] {
-    return Annotation(NodePath(kNode), "hami.io/node-nvidia-register").find("\"numa\":1,\"mode\":\"hami-core\"}") != std::string::npos;
+    return Annotation(NodePath(kNode), "hami.io/node-nvidia-register").find("\"index\":1,\"count\":10,\"devmem\":81559,\"devcore\":100,\"type\":\"NVIDIA-Simulated GPU (vgpu test double)\",\"mode\":\"hami-core\"}") != std::string::npos;
   }, 5s)) << Annotation(NodePath(kNode), "hami.io/node-nvidia-register");
-  WriteGpus(true, true);
+  SetGpuHealth(1, true);
   auto well = kubelet_->WatchDevices(
       "nvidia.com/gpu", [&](const auto& l) { return health_of(l, kGpu1) == std::set<std::string>{"Healthy"}; }, 5s);
   EXPECT_EQ(health_of(well, kGpu1), std::set<std::string>{"Healthy"});
@@ -439,12 +485,12 @@ TEST_F(K8sIntegrationTest, GpuTurnsUnhealthyAndRecovers) {
 TEST_F(K8sIntegrationTest, VolcanoRegistersThreeResourcesAndAllocates) {
   StartApiServer();
   AddPod("vc", std::string(kGpu1) + ",NVIDIA,1000,25:", kVolcanoProtocol);
-  StartNode("volcano", {"--volcano_memory_factor=10"},
+  StartNode("volcano", {"volcano_memory_factor=10"},
             {"volcano.sh/vgpu-number", "volcano.sh/vgpu-memory", "volcano.sh/vgpu-cores"});
   ASSERT_TRUE(WaitFor([&] { return Annotation(NodePath(kNode), "volcano.sh/node-vgpu-register") != "<absent>"; }, 10s));
   EXPECT_EQ(Annotation(NodePath(kNode), "volcano.sh/node-vgpu-register"),
-            "GPU-11111111-2222-3333-4444-555555555555,10,8155,NVIDIA-NVIDIA H100 80GB HBM3,true,hami-core:"
-            "GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee,10,8155,NVIDIA-NVIDIA H100 80GB HBM3,true,hami-core:");
+            "GPU-5151a000-0000-4000-8000-000000000000,10,8155,NVIDIA-Simulated GPU (vgpu test double),true,hami-core:"
+            "GPU-5151a000-0000-4000-8000-000000000001,10,8155,NVIDIA-Simulated GPU (vgpu test double),true,hami-core:");
   EXPECT_EQ(Annotation(NodePath(kNode), "volcano.sh/node-vgpu-handshake").rfind("Reported ", 0), 0u);
   EXPECT_EQ(DeviceIds("volcano.sh/vgpu-memory").size(), 2u * 8155);
   EXPECT_EQ(DeviceIds("volcano.sh/vgpu-cores").size(), 200u);
@@ -467,14 +513,8 @@ TEST_F(K8sIntegrationTest, VolcanoRegistersThreeResourcesAndAllocates) {
 
 TEST_F(K8sIntegrationTest, VolcanoMemoryUnitsTooSmallForOneListAndWatchMessageAreRefused) {
   StartApiServer();
-  WriteGpus(true, true, 143771, "NVIDIA H200");  // 2 x 143771 one-MiB units: about 7 MiB of device list
-  node_ = std::make_unique<Child>(
-      std::vector<std::string>{VGPU_K8S_NODE_BINARY, "--gpus=" + dir_ + "/gpus.json", "--mode=volcano",
-                               "--node_name=gpu-node-1", "--device_plugin_dir=" + dir_ + "/kubelet",
-                               "--state_dir=" + dir_ + "/state", "--api_server=" + server_,
-                               "--api_ca_file=" + dir_ + "/api/ca.crt", "--api_token_file=" + dir_ + "/api/token",
-                               "--volcano_memory_factor=1"},
-      dir_ + "/node.log");
+  // Two H200-sized GPUs in one-MiB units: 2 x 143771 devices, about 7 MiB of device list.
+  LaunchNode("volcano", {"volcano_memory_factor=1"}, 143771);
   ASSERT_TRUE(WaitFor([&] { return node_->Exited(); }, 20s));
   EXPECT_EQ(node_->status(), 1);
   EXPECT_NE(node_->Log().find("above gRPC's 4 MiB limit"), std::string::npos) << node_->Log();
@@ -567,7 +607,7 @@ TEST_F(K8sIntegrationTest, KubeClientRefusesAnUnknownCertificateAndAMissingToken
 
 // The Alnair seed's pod spec, unchanged: alnair/vgpu-memory: 2, alnair/vgpu-compute: 50.
 TEST_F(K8sIntegrationTest, AlnairPodSpecYieldsATwoGiBFiftyPercentVgpu) {
-  StartNode("standalone", {"--standalone_preset=alnair"}, {"alnair/vgpu-memory", "alnair/vgpu-compute"});
+  StartNode("standalone", {"standalone_preset=alnair"}, {"alnair/vgpu-memory", "alnair/vgpu-compute"});
   const std::vector<std::string> memory_ids = DeviceIds("alnair/vgpu-memory");
   const std::vector<std::string> compute_ids = DeviceIds("alnair/vgpu-compute");
   EXPECT_EQ(memory_ids.size(), 2u * 79);  // whole GiB of 81559 MiB

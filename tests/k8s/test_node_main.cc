@@ -49,7 +49,7 @@ bool ReadGpus(const std::string& path, std::string* text, std::vector<GpuInfo>* 
     gpu.index = entry.value("index", 0);
     gpu.memory_bytes = entry.value("memory_mib", static_cast<uint64_t>(0)) * 1024 * 1024;
     gpu.name = entry.value("name", "");
-    gpu.numa_node = entry.value("numa", -1);
+    gpu.numa_node = entry.value("numa", -1);  // -1: unknown (as from NVML through vgpu-node)
     gpu.healthy = entry.value("healthy", true);
     gpus->push_back(gpu);
   }
