@@ -6,6 +6,10 @@ set -euo pipefail
 
 # python3-prometheus-client: tests parse vgpu-node's /metrics with Prometheus' own parser.
 packages=(cmake ninja-build g++ make libgtest-dev python3 python3-prometheus-client)
+# vgpu-node's Kubernetes device plugin (optional CMake target src/k8s): gRPC, protobuf, JSON,
+# HTTPS client; openssl makes the test CA of the integration tests.
+packages+=(libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler nlohmann-json3-dev
+           libcurl4-openssl-dev openssl)
 as_root=()
 [ "$(id -u)" -ne 0 ] && as_root=(sudo)
 
