@@ -24,7 +24,10 @@ bool NvmlLoadSignals::Resolve() {
 
 double NvmlLoadSignals::ContainerShare(const std::vector<int32_t>& pids, double event_share, int64_t now) {
   if (!per_process_supported_ || g_nvml.nvmlDeviceGetProcessUtilization == nullptr) return event_share;
-  static thread_local nvmlProcessUtilizationSample_t samples[kMaxSamples];
+  // A member, not a thread_local: the library's TLS is initial-exec (static TLS), and 16 KiB of it
+  // made dlopen() of libvgpu.so fail ("cannot allocate memory in static TLS block").
+  samples_.resize(kMaxSamples);
+  nvmlProcessUtilizationSample_t* samples = samples_.data();
   unsigned count = kMaxSamples;
   const nvmlReturn_t rc = g_nvml.nvmlDeviceGetProcessUtilization(static_cast<nvmlDevice_t>(device_), samples,
                                                                  &count, last_seen_us_);

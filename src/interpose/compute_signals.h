@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "compute/controller.h"
+#include "interpose/nvml_types.h"
 
 namespace vgpu::compute_limit {
 
@@ -51,6 +52,7 @@ class NvmlLoadSignals final : public compute::LoadSignals {
   bool per_process_supported_ = true;
   unsigned long long last_seen_us_ = 0; // newest NVML sample timestamp processed
   double held_share_ = -1;
+  std::vector<nvmlProcessUtilizationSample_t> samples_;  // NVML's answer buffer
   int64_t held_since_ns_ = 0;
   std::atomic<double> others_{-1};
   std::atomic<double> container_{-1};

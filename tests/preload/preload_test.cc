@@ -4,6 +4,8 @@
 
 #include <stdlib.h>
 
+#include <cstdio>
+
 #include <filesystem>
 #include <map>
 #include <string>
@@ -100,6 +102,16 @@ TEST(Preload, DlsymIsInterposedOnlyForDriverHandles) {
   ASSERT_EQ(native.exit_code, 0) << Describe(native);
   const RunResult hooked = RunProgram({Program("dlsym_lookup"), "vgpu"}, WithVgpu());
   ASSERT_EQ(hooked.exit_code, 0) << Describe(hooked);
+}
+
+// Loaded by hand after start-up (dlopen), the library must fit in the static TLS surplus: its
+// thread-locals are initial-exec. 16 KiB of them once made dlopen fail on the GPU machine.
+TEST(Preload, LibraryCanBeLoadedWithDlopenAndKeepsItsTlsSmall) {
+  const RunResult r = RunProgram({Program("dlopen_library"), VGPU_LIBRARY_PATH}, BaseEnv());
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  long long tls = -1;
+  ASSERT_EQ(std::sscanf(r.out.c_str(), "tls %lld", &tls), 1) << Describe(r);
+  EXPECT_LE(tls, 256) << "libvgpu.so's TLS block is " << tls << " bytes; keep large buffers out of thread_local";
 }
 
 TEST(Preload, DisableControlMakesTheLibraryAPurePassThrough) {
