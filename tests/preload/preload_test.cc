@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <map>
+#include <sstream>
 #include <string>
 
 #include "subprocess.h"
@@ -112,6 +113,31 @@ TEST(Preload, LibraryCanBeLoadedWithDlopenAndKeepsItsTlsSmall) {
   long long tls = -1;
   ASSERT_EQ(std::sscanf(r.out.c_str(), "tls %lld", &tls), 1) << Describe(r);
   EXPECT_LE(tls, 256) << "libvgpu.so's TLS block is " << tls << " bytes; keep large buffers out of thread_local";
+}
+
+// The dynamic linker refuses to preload a library that needs a newer glibc than the process has,
+// and the container then runs without limits. libvgpu.so needs at most glibc 2.34 (the pthread
+// symbols' version since glibc merged libpthread), whatever glibc it is built on: the static
+// libstdc++ / libgcc's references to arc4random (2.36) and _dl_find_object (2.35) are served
+// inside the library (src/interpose/glibc_compat.cc).
+TEST(Preload, LibraryNeedsNoGlibcNewerThan234) {
+  if (!std::filesystem::exists("/usr/bin/objdump")) GTEST_SKIP() << "no /usr/bin/objdump";
+  const RunResult r = RunProgram({"/usr/bin/objdump", "-T", VGPU_LIBRARY_PATH}, BaseEnv());
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  int newest_minor = 0;
+  std::string newest_symbol;
+  std::istringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);) {
+    const size_t at = line.find("(GLIBC_2.");
+    if (at == std::string::npos) continue;
+    const int minor = std::atoi(line.c_str() + at + 9);
+    if (minor > newest_minor) {
+      newest_minor = minor;
+      newest_symbol = line.substr(line.rfind(' ') + 1);
+    }
+  }
+  EXPECT_GT(newest_minor, 0) << "no GLIBC_2.x references found in\n" << r.out;
+  EXPECT_LE(newest_minor, 34) << "libvgpu.so needs GLIBC_2." << newest_minor << " (for " << newest_symbol << ")";
 }
 
 TEST(Preload, DisableControlMakesTheLibraryAPurePassThrough) {
