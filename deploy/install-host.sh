@@ -112,7 +112,8 @@ install_file() {
 
 install_file "$source_dir/libvgpu.so" "$target_dir/libvgpu.so" 0755
 
-preload_tmp=$(mktemp "${TMPDIR:-/tmp}/vgpu-preload.XXXXXX")
+# Staged in the target itself: the init container's root filesystem is read-only.
+preload_tmp=$(mktemp "$target_dir/.ld.so.preload.new.XXXXXX") || fail "cannot write in \"$target_dir\""
 trap 'rm -f "$preload_tmp"' EXIT
 printf '%s\n' "$preload_names" >"$preload_tmp"
 install_file "$preload_tmp" "$target_dir/ld.so.preload" 0644

@@ -66,7 +66,7 @@ expect_contains "$out" "unchanged $target/ld.so.preload" "update"
 [ "$(cat <&3)" = "library version 1" ] || fail "update: the open old file changed under its reader"
 exec 3<&-
 cmp -s "$work/src/libvgpu.so" "$target/libvgpu.so" || fail "update: new content not installed"
-leftover=$(find "$target" -name '*.tmp.*' | wc -l)
+leftover=$(find "$target" -mindepth 1 ! -name libvgpu.so ! -name ld.so.preload | wc -l)
 [ "$leftover" -eq 0 ] || fail "update: temporary files left: $(ls "$target")"
 
 # 4. A different preload path (--preload-names) rewrites only ld.so.preload.
