@@ -32,8 +32,10 @@ COPY --from=build /src/build/libvgpu.so /opt/vgpu/lib/libvgpu.so
 COPY --from=build /src/build/vgpu-node /src/build/vgpu /opt/vgpu/bin/
 COPY deploy/install-host.sh /opt/vgpu/install-host.sh
 ENV PATH=/opt/vgpu/bin:$PATH
-# Fails the build when vgpu-node was skipped (its optional dependencies missing) or a runtime
-# library is missing from RUNTIME_PACKAGES.
-RUN /opt/vgpu/bin/vgpu-node --help >/dev/null && /opt/vgpu/bin/vgpu --help >/dev/null \
-    && /opt/vgpu/install-host.sh --help >/dev/null
+# Fails the build when a runtime library is missing from RUNTIME_PACKAGES, or vgpu-node was built
+# without the Kubernetes modes (their optional dependencies missing in the build stage).
+RUN /opt/vgpu/bin/vgpu --help >/dev/null && /opt/vgpu/install-host.sh --help >/dev/null \
+    && /opt/vgpu/bin/vgpu-node --help | grep -q "^  hami " \
+    && /opt/vgpu/bin/vgpu-node --help | grep -q "^  volcano " \
+    && /opt/vgpu/bin/vgpu-node --help | grep -q "^  standalone "
 ENTRYPOINT ["/opt/vgpu/bin/vgpu-node"]
