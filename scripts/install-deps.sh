@@ -10,6 +10,10 @@ packages=(cmake ninja-build g++ make libgtest-dev python3 python3-prometheus-cli
 # HTTPS client; openssl makes the test CA of the integration tests.
 packages+=(libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler nlohmann-json3-dev
            libcurl4-openssl-dev openssl)
+# tests/deploy: python3-yaml parses the rendered manifests; kubectl renders them (Debian's
+# kubernetes-client; skipped when another kubectl is installed, whose /usr/bin/kubectl it would clash with).
+packages+=(python3-yaml)
+command -v kubectl >/dev/null 2>&1 || packages+=(kubernetes-client)
 as_root=()
 [ "$(id -u)" -ne 0 ] && as_root=(sudo)
 

@@ -2,6 +2,8 @@
 
 #include <chrono>
 
+#include "k8s/api_access.h"
+
 namespace vgpu::k8s {
 namespace {
 
@@ -115,6 +117,11 @@ std::vector<std::string> FakeKubeApi::log() const {
 std::optional<ApiResponse> FakeKubeApi::Injected(const std::string& method, const std::string& path) {
   ++calls_[method];
   log_.push_back(method + " " + path);
+  // RBAC as deployed (api_access.h, deploy/kustomize): an access outside the table is refused.
+  if (const RequestAccess access = AccessOf(method, path); !AccessAllowed(access)) {
+    return StatusAnswer(403, "forbidden: " + access.verb + " on \"" + access.resource +
+                                 "\" is not in kApiAccess (src/k8s/api_access.h)");
+  }
   for (Failure& failure : failures_) {
     if (failure.count > 0 && (failure.method.empty() || failure.method == method) && path.rfind(failure.prefix, 0) == 0) {
       --failure.count;

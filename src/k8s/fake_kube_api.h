@@ -4,7 +4,9 @@
 // semantics the plugin relies on: every write bumps a global resourceVersion and stamps it on the
 // object; a merge patch (RFC 7386) carrying metadata.resourceVersion is refused with 409 unless
 // the object still has that version; GET /api/v1/pods?fieldSelector=spec.nodeName=<n> lists
-// pods; watches on nodes deliver MODIFIED events. Failures are injected per call.
+// pods; watches on nodes deliver MODIFIED events. Failures are injected per call. A request
+// whose RBAC access is not in kApiAccess (api_access.h) is answered 403, as the deployed
+// ClusterRole would.
 // Thread safety: every method may be called from any thread.
 #pragma once
 

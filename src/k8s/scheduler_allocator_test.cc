@@ -4,6 +4,7 @@
 
 #include <map>
 
+#include "k8s/api_access.h"
 #include "k8s/fake_kube_api.h"
 
 namespace vgpu::k8s {
@@ -392,6 +393,32 @@ TEST_F(SchedulerAllocatorTest, VolcanoWithoutAPendingPodFails) {
   Status status = Allocate(Request({1}), &response);
   ASSERT_FALSE(status.ok);
   EXPECT_NE(status.message.find("no pod on node"), std::string::npos) << status.message;
+}
+
+// The RBAC table (api_access.h) maps every path the client builds to the access deploy/ grants,
+// and the fake refuses what the table does not grant.
+TEST(ApiAccess, ClientPathsMapToTheTable) {
+  auto access = [](const char* method, const std::string& path) {
+    const RequestAccess a = AccessOf(method, path);
+    return a.verb + " " + a.resource + (AccessAllowed(a) ? "" : " (denied)");
+  };
+  EXPECT_EQ(access("GET", NodePath("n1")), "get nodes");
+  EXPECT_EQ(access("PATCH", NodePath("n1")), "patch nodes");
+  EXPECT_EQ(access("WATCH", NodeWatchPath("n1", "7", 60)), "watch nodes");
+  EXPECT_EQ(access("GET", NodeWatchPath("n1", "", 60)), "watch nodes");
+  EXPECT_EQ(access("GET", PodPath("team", "p")), "get pods");
+  EXPECT_EQ(access("PATCH", PodPath("team", "p")), "patch pods");
+  EXPECT_EQ(access("GET", PodsOnNodePath("n1")), "list pods");
+  EXPECT_EQ(access("GET", "/api/v1/nodes"), "list nodes (denied)");
+  EXPECT_EQ(access("PATCH", "/api/v1/namespaces/team/pods/p/status"), "patch pods/status (denied)");
+  EXPECT_EQ(access("GET", "/apis/apps/v1/daemonsets"), "GET  (denied)");
+
+  FakeKubeApi api;
+  api.Put("/api/v1/nodes/n1", Json{{"metadata", {{"name", "n1"}}}});
+  EXPECT_TRUE(api.Get(NodePath("n1")).ok());
+  const ApiResponse denied = api.Get("/api/v1/nodes");
+  EXPECT_EQ(denied.http_status, 403);
+  EXPECT_NE(denied.error.find("list on \"nodes\""), std::string::npos) << denied.error;
 }
 
 }  // namespace
