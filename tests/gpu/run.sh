@@ -6,7 +6,7 @@
 #   --quick        skips the framework checks and oversubscription, fewer benchmark rounds, and the
 #                  compute part runs targets 30 and 60 only
 #   --only PARTS   comma-separated subset of the parts below (default: all of them)
-# Parts, with their duration on an H200 (the full run, about 12 minutes, does not fit one
+# Parts, with their duration on an H200 (the full run, about 11 minutes, does not fit one
 # 10-minute device call: run "--only interpose,memory,oversub,overhead" and "--only compute,node"):
 #   interpose  the library's shape; same results with and without it (driver/runtime API,
 #              PyTorch, JAX, CuPy); hook layers; pass-through (~2 min)
