@@ -1,6 +1,10 @@
 #include "node/registrar.h"
 
+#include <errno.h>
+#include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "node/wire_transport.h"
 
@@ -119,6 +123,27 @@ std::optional<ContainerRecord> Registrar::Resolve(const wire::RegisterRequest& r
   return std::nullopt;
 }
 
+std::string Registrar::GrantLedger(const ContainerRecord& record, const PeerCred& peer) {
+  if (peer.uid == 0) return "";  // root writes any ledger
+  const std::string path = record.LedgerPath();
+  std::lock_guard<std::mutex> lock(grant_mu_);
+  struct stat st;
+  if (lstat(path.c_str(), &st) != 0) return "cannot stat the ledger " + path + ": " + strerror(errno);
+  if (st.st_uid == peer.uid) return "";
+  if (st.st_uid != geteuid()) {
+    return "the ledger " + path + " of container " + record.key + " belongs to uid " + std::to_string(st.st_uid) +
+           " (its first registered process); a process of uid " + std::to_string(peer.uid) +
+           " could not charge it: run the container's GPU processes as one uid (or as root)";
+  }
+  if (!S_ISREG(st.st_mode) || chown(path.c_str(), peer.uid, peer.gid) != 0) {
+    return "cannot give the ledger " + path + " to uid " + std::to_string(peer.uid) + ": " +
+           (S_ISREG(st.st_mode) ? strerror(errno) : "not a regular file");
+  }
+  log_.Log(Level::kInfo, "registration", "ledger given to the container's uid",
+           {{"container", record.key}, {"uid", static_cast<int64_t>(peer.uid)}, {"gid", static_cast<int64_t>(peer.gid)}});
+  return "";
+}
+
 wire::RegisterReply Registrar::Handle(const PeerCred& peer, const wire::RegisterRequest& request) {
   const ProcessFacts facts = procfs_.Facts(peer.pid, false);
   if (!facts.exists) return Refuse(peer, request, "caller pid " + std::to_string(peer.pid) + " not found under " + procfs_.proc_root());
@@ -154,6 +179,8 @@ wire::RegisterReply Registrar::Handle(const PeerCred& peer, const wire::Register
       }
     }
   }
+
+  if (const std::string problem = GrantLedger(*record, peer); !problem.empty()) return Refuse(peer, request, problem);
 
   Registration reg;
   reg.host_pid = peer.pid;
