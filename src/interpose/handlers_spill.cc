@@ -152,28 +152,28 @@ CUresult hook_cuMemAdvise_v2(CUdeviceptr devPtr, size_t count, CUmem_advise advi
 }
 
 CUresult hook_cuMemPrefetchBatchAsync(CUdeviceptr* dptrs, size_t* sizes, size_t count, CUmemLocation* prefetchLocs,
-                       size_t* prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags, CUstream hStream) {
+    size_t* prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags, CUstream hStream) {
   auto real = RealCudaAs<Pfn_cuMemPrefetchBatchAsync>(kHook_cuMemPrefetchBatchAsync);
   if (real == nullptr) return MissingCudaEntry(kHook_cuMemPrefetchBatchAsync);
   return PrefetchBatch(real, dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, hStream);
 }
 
 CUresult hook_cuMemPrefetchBatchAsync_ptsz(CUdeviceptr* dptrs, size_t* sizes, size_t count, CUmemLocation* prefetchLocs,
-                       size_t* prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags, CUstream hStream) {
+    size_t* prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags, CUstream hStream) {
   auto real = RealCudaAs<Pfn_cuMemPrefetchBatchAsync_ptsz>(kHook_cuMemPrefetchBatchAsync_ptsz);
   if (real == nullptr) return MissingCudaEntry(kHook_cuMemPrefetchBatchAsync_ptsz);
   return PrefetchBatch(real, dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, hStream);
 }
 
 CUresult hook_cuMemDiscardAndPrefetchBatchAsync(CUdeviceptr* dptrs, size_t* sizes, size_t count, CUmemLocation* prefetchLocs,
-                       size_t* prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags, CUstream hStream) {
+    size_t* prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags, CUstream hStream) {
   auto real = RealCudaAs<Pfn_cuMemDiscardAndPrefetchBatchAsync>(kHook_cuMemDiscardAndPrefetchBatchAsync);
   if (real == nullptr) return MissingCudaEntry(kHook_cuMemDiscardAndPrefetchBatchAsync);
   return PrefetchBatch(real, dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, hStream);
 }
 
 CUresult hook_cuMemDiscardAndPrefetchBatchAsync_ptsz(CUdeviceptr* dptrs, size_t* sizes, size_t count, CUmemLocation* prefetchLocs,
-                       size_t* prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags, CUstream hStream) {
+    size_t* prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags, CUstream hStream) {
   auto real = RealCudaAs<Pfn_cuMemDiscardAndPrefetchBatchAsync_ptsz>(kHook_cuMemDiscardAndPrefetchBatchAsync_ptsz);
   if (real == nullptr) return MissingCudaEntry(kHook_cuMemDiscardAndPrefetchBatchAsync_ptsz);
   return PrefetchBatch(real, dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, hStream);
