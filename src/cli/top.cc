@@ -51,6 +51,21 @@ std::string Memory(const ledger::DeviceUsage& d) {
          Percent(static_cast<double>(d.used) / static_cast<double>(d.memory_limit)) + ")";
 }
 
+// Oversubscription: host memory spilled against the host spill limit.
+std::string Spill(const ledger::DeviceUsage& d) {
+  if (d.host_limit == 0 && d.spilled == 0) return "-";
+  return FormatSize(d.spilled) + " / " + (d.host_limit == 0 ? std::string("none") : FormatSize(d.host_limit));
+}
+
+bool AnySpilling(const NodeView& view) {
+  for (const PsEntry& e : view.entries) {
+    for (const ledger::DeviceUsage& d : e.snapshot.devices) {
+      if (d.host_limit != 0 || d.spilled != 0) return true;
+    }
+  }
+  return false;
+}
+
 std::string Compute(const ledger::DeviceUsage& d) {
   const std::string share = d.busy_ns == 0 ? "-" : Percent(d.share_ppm / 1e6);
   std::string limit = d.sm_limit == 0 ? "unlimited" : std::to_string(d.sm_limit) + "%";
@@ -107,6 +122,9 @@ std::string FormatTopFrame(const NodeView& now, const NodeView* previous, double
     }
   }
   std::vector<std::vector<std::string>> rows = {{"CONTAINER", "GPU", "MEMORY USED / LIMIT", "COMPUTE SHARE / LIMIT", "THROTTLED", "PROCS"}};
+  // The host spill column only when some container may spill (memory oversubscription).
+  const bool spilling = AnySpilling(now);
+  if (spilling) rows[0].insert(rows[0].begin() + 3, "HOST SPILL / LIMIT");
   std::vector<std::string> problems;
   for (const PsEntry& e : now.entries) {
     if (!e.ok()) {
@@ -119,6 +137,7 @@ std::string FormatTopFrame(const NodeView& now, const NodeView* previous, double
       const std::string limit = e.snapshot.default_memory_limit ? FormatSize(e.snapshot.default_memory_limit) : "unlimited";
       rows.push_back({Name(e), "-", "0 B / " + limit, "- / " + (e.snapshot.default_sm_limit ? std::to_string(e.snapshot.default_sm_limit) + "%" : std::string("unlimited")),
                       "-", std::to_string(live)});
+      if (spilling) rows.back().insert(rows.back().begin() + 3, "-");
       continue;
     }
     for (const ledger::DeviceUsage& d : e.snapshot.devices) {
@@ -128,6 +147,7 @@ std::string FormatTopFrame(const NodeView& now, const NodeView* previous, double
         throttled = Percent(static_cast<double>(d.throttled_ns - it->second) / (seconds * 1e9));
       }
       rows.push_back({Name(e), Gpu(d), Memory(d), Compute(d), throttled, std::to_string(live)});
+      if (spilling) rows.back().insert(rows.back().begin() + 3, Spill(d));
     }
   }
   if (rows.size() == 1 && problems.empty()) {

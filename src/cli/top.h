@@ -1,5 +1,6 @@
 // `vgpu top`: a refreshing view of who uses what: per container (or `vgpu run` job) and GPU, the
-// memory used against the limit and the measured compute share against the limit, the share of
+// memory used against the limit (and, when any container may spill, the host memory spilled
+// against the host spill limit), the measured compute share against the limit, the share of
 // time the compute limiter held launches back over the last interval, and the live processes;
 // with vgpu-node, the node's GPUs and any process bypassing vgpu.
 //

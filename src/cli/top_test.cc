@@ -83,6 +83,20 @@ TEST(TopFormatTest, ShareAgainstLimitMemoryAndThrottling) {
   EXPECT_TRUE(Contains(second, "30.1% / 30%            25.0%      2\n")) << second;
 }
 
+TEST(TopFormatTest, HostSpillColumnOnlyWhenSomethingMaySpill) {
+  NodeView spilling = View(0, 0);
+  ledger::DeviceUsage& d = spilling.entries[0].snapshot.devices[0];
+  d.host_limit = 4 * kGiB;
+  d.spilled = 1536 * kMiB;
+  const std::string frame = FormatTopFrame(spilling, nullptr, 2.0, "T");
+  EXPECT_TRUE(Contains(frame,
+                       "CONTAINER                   GPU             MEMORY USED / LIMIT    HOST SPILL / LIMIT  COMPUTE SHARE / LIMIT  THROTTLED  PROCS\n"
+                       "batch/trainer/main          0 GPU-5151a000  1 GiB / 4 GiB (25.0%)  1.50 GiB / 4 GiB    0.0% / 30%             -          2\n"
+                       "/tmp/vgpu-0/run-1-2/ledger  -               0 B / 512 MiB          -                   - / unlimited          -          0\n"))
+      << frame;
+  EXPECT_FALSE(Contains(FormatTopFrame(View(0, 0), nullptr, 2.0, "T"), "HOST SPILL"));
+}
+
 TEST(TopFormatTest, NothingToShow) {
   NodeView empty;
   EXPECT_EQ(FormatTopFrame(empty, nullptr, 1, "T"), "vgpu top - local ledgers - T\nno vgpu containers or jobs found\n");
@@ -122,7 +136,7 @@ TEST(TopCommandTest, HelpDocumentsTheColumnsAndOptions) {
   const Command* top = FindCommand("top");
   ASSERT_NE(top, nullptr);
   const std::string help = CommandHelp(*top);
-  for (const char* part : {"--once", "--interval", "--iterations", "COMPUTE SHARE / LIMIT", "MEMORY USED / LIMIT", "THROTTLED", "Exit status"}) {
+  for (const char* part : {"--once", "--interval", "--iterations", "COMPUTE SHARE / LIMIT", "MEMORY USED / LIMIT", "HOST SPILL / LIMIT", "THROTTLED", "Exit status"}) {
     EXPECT_TRUE(Contains(help, part)) << part;
   }
 }

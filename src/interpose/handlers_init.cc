@@ -42,7 +42,7 @@ CUresult hook_cuInit(unsigned int flags) {
     return CUDA_ERROR_NOT_PERMITTED;
   }
   std::string error;
-  if (!runtime.passthrough() && !registration::RegisterAtCuInit(&error)) {
+  if (!runtime.passthrough() && !registration::RegisterAtInit(&error)) {
     VGPU_ERROR("cuInit refused: %s", error.c_str());
     return CUDA_ERROR_NOT_PERMITTED;
   }
@@ -76,11 +76,20 @@ CUresult hook_cuGetProcAddress_v2(const char* symbol, void** pfn, int cudaVersio
 
 namespace {
 
+// As cuInit: an invalid configuration or a refused registration (registration.h) refuses NVML.
 nvmlReturn_t CheckNvmlInitAllowed() {
   const Runtime& runtime = GetRuntime();
-  if (runtime.passthrough() || runtime.config_ok) return NVML_SUCCESS;
-  VGPU_ERROR("nvmlInit refused: the vgpu configuration is invalid (see the errors above)");
-  return NVML_ERROR_NO_PERMISSION;
+  if (runtime.passthrough()) return NVML_SUCCESS;
+  if (!runtime.config_ok) {
+    VGPU_ERROR("nvmlInit refused: the vgpu configuration is invalid (see the errors above)");
+    return NVML_ERROR_NO_PERMISSION;
+  }
+  std::string error;
+  if (!registration::RegisterAtInit(&error)) {
+    VGPU_ERROR("nvmlInit refused: %s", error.c_str());
+    return NVML_ERROR_NO_PERMISSION;
+  }
+  return NVML_SUCCESS;
 }
 
 }  // namespace

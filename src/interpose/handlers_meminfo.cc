@@ -13,6 +13,7 @@
 #include "interpose/loader.h"
 #include "interpose/memory_accounting.h"
 #include "interpose/memory_pools.h"
+#include "interpose/registration.h"
 #include "interpose/runtime.h"
 
 namespace vgpu::hooks {
@@ -98,8 +99,10 @@ namespace {
 // never calls cuInit). -1 when no limit applies.
 int NvmlDeviceToLedger(nvmlDevice_t device) {
   const Runtime& runtime = GetRuntime();
-  if (runtime.passthrough() || !runtime.config.HasAnyMemoryLimit()) return -1;
+  if (runtime.passthrough()) return -1;
   if (!memory::Enabled()) {
+    // Limits come from the environment or from the ledger vgpu-node named at registration.
+    if (!runtime.config.HasAnyMemoryLimit() && registration::LedgerPath().empty()) return -1;
     std::string error;
     if (!memory::InitForCuInit(&error)) return -1;
   }

@@ -93,6 +93,12 @@ bool RegisterProcess(State& s, std::string* error) {
   return true;
 }
 
+// Whether the environment states any limit the ledger records (memory, compute, priority,
+// oversubscription).
+bool StatesLimits(const Config& config) {
+  return config.HasAnyMemoryLimit() || config.HasAnySmLimit() || config.task_priority_set || config.oversubscribe;
+}
+
 }  // namespace
 
 bool InitForCuInit(std::string* error) {
@@ -119,9 +125,14 @@ bool InitForCuInit(std::string* error) {
       *error = status.message;
       return false;
     }
-    if (!disagreement.empty()) {
+    // An environment that states no limits has nothing to disagree with: the process joins the
+    // limits of the ledger its authority wrote (typically vgpu-node's, named by the registration
+    // answer). Only limits stated on both sides and different are an inconsistency to report.
+    if (!disagreement.empty() && StatesLimits(config)) {
       VGPU_ERROR("the ledger %s holds other limits than this process's environment; the "
                  "ledger's limits apply: %s", path.c_str(), disagreement.c_str());
+    } else if (!disagreement.empty()) {
+      VGPU_INFO("the environment sets no limits: the limits of ledger %s apply", path.c_str());
     }
     VGPU_INFO("memory accounting against ledger %s", path.c_str());
   }

@@ -63,7 +63,7 @@ pthread_once_t g_once = PTHREAD_ONCE_INIT;
 void InitState() {
   g_state = new (g_storage) State();
   pthread_atfork(nullptr, nullptr, [] {
-    // The child is another process: it registers itself at its own cuInit.
+    // The child is another process: it registers itself at its own cuInit/nvmlInit.
     new (&g_state->mu) std::mutex();
     g_state->done_for_pid = 0;
     g_state->host_pid.store(0);
@@ -201,7 +201,7 @@ Result Register(const Settings& settings, pid_t pid, std::string_view cgroup_tex
   return result;
 }
 
-bool RegisterAtCuInit(std::string* error) {
+bool RegisterAtInit(std::string* error) {
   State& s = S();
   std::lock_guard<std::mutex> lock(s.mu);
   const pid_t pid = getpid();

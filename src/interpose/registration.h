@@ -1,4 +1,6 @@
-// Registration of this process with the node daemon (vgpu-node), at the first cuInit.
+// Registration of this process with the node daemon (vgpu-node), at the first cuInit or nvmlInit
+// (an NVML-only process, such as a monitoring agent or nvidia-smi in the container, registers too:
+// its memory queries then show the limits of the ledger the daemon names).
 //
 // What it is for: inside a container the process's pid is not the pid the host and NVML see. The
 // daemon reads the caller's host pid from the socket (SO_PEERCRED), checks that the caller lives
@@ -9,18 +11,19 @@
 // Policy (docs/node.md, "Library policy"), all decided once per process:
 //   VGPU_SOCKET unset or empty          no registration; nothing is attempted.
 //   the daemon answers ok               registered: HostPid()/LedgerPath() give its answer.
-//   the daemon refuses the identity     cuInit is refused (CUDA_ERROR_NOT_PERMITTED), always:
+//   the daemon refuses the identity     cuInit is refused (CUDA_ERROR_NOT_PERMITTED; nvmlInit:
+//                                       NVML_ERROR_NO_PERMISSION), always:
 //                                       the daemon says this process is not who it claims.
-//   unreachable, timeout, bad reply     with VGPU_REGISTRATION_REQUIRED=true: cuInit refused;
+//   unreachable, timeout, bad reply     with VGPU_REGISTRATION_REQUIRED=true: cuInit/nvmlInit refused;
 //                                       otherwise (default) one error line on stderr and the
 //                                       process continues with its environment's limits and
 //                                       ledger (never unlimited: the ledger still enforces).
-//   a malformed VGPU_* value            cuInit refused, naming the variable.
+//   a malformed VGPU_* value            cuInit/nvmlInit refused, naming the variable.
 // The exchange is bounded by VGPU_REGISTRATION_TIMEOUT_MS (default 2000, 1..60000): never a hang.
 //
-// Thread safety: RegisterAtCuInit may be called from any thread, any number of times; the
+// Thread safety: RegisterAtInit may be called from any thread, any number of times; the
 // first call of each process (pid) does the work, later ones return the same decision. A fork()
-// child registers afresh at its own cuInit. No exceptions; not a hot path (cuInit only).
+// child registers afresh at its own cuInit/nvmlInit. No exceptions; not a hot path (initialisation only).
 #pragma once
 
 #include <sys/types.h>
@@ -67,13 +70,13 @@ struct Result {
   node::wire::RegisterReply reply;  // valid when kRegistered
 };
 
-// One registration attempt with explicit inputs (the testable core of RegisterAtCuInit).
+// One registration attempt with explicit inputs (the testable core of RegisterAtInit).
 // `cgroup_text` is this process's /proc/self/cgroup (used only when settings.pod_uid is empty).
 Result Register(const Settings& settings, pid_t pid, std::string_view cgroup_text);
 
 // Process-wide: reads the environment, registers once per pid and logs the outcome.
-// Returns false (with *error) when cuInit must be refused.
-bool RegisterAtCuInit(std::string* error);
+// Returns false (with *error) when the initialisation (cuInit, nvmlInit*) must be refused.
+bool RegisterAtInit(std::string* error);
 
 // The host pid from the daemon's answer, else getpid().
 int32_t HostPid();

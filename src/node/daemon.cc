@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <set>
 
+#include "ledger/board.h"
 #include "node/wire_transport.h"
 
 #ifndef VGPU_VERSION
@@ -61,6 +62,7 @@ Status Daemon::Start() {
   if (mkdir(config_.state_dir.c_str(), 0755) != 0 && errno != EEXIST) {
     return Status::Error("state_dir " + config_.state_dir + ": cannot create: " + strerror(errno));
   }
+  if (Status s = CreateBoard(); !s.ok) return s;
   if (Status s = store_.Init(); !s.ok) return s;
   const size_t containers = store_.Rescan();
   RebuildRegistry();
@@ -128,6 +130,22 @@ Status Daemon::Start() {
   log_.Log(Level::kInfo, "daemon", "serving",
            {{"socket", config_.SocketPath()}, {"metrics", http_.bound_address().empty() ? "off" : http_.bound_address()},
             {"state_dir", config_.state_dir}, {"version", VGPU_VERSION}});
+  return Status::Ok();
+}
+
+Status Daemon::CreateBoard() {
+  // The device plugin mounts <state_dir>/board into every container (VGPU_BOARD): the file must
+  // exist before the first container starts, or its mount fails. Board::Open creates it 0666
+  // (every container's processes write heartbeats; it carries scheduling hints only) and checks
+  // an existing one: a board of another format is refused here, at start, rather than by every
+  // process that later maps it.
+  ledger::LedgerStatus status;
+  const std::unique_ptr<ledger::Board> board = ledger::Board::Open(config_.BoardPath(), &status);
+  if (!board) {
+    return Status::Error("compute board " + config_.BoardPath() + ": " + status.message +
+                         " (remove the file when no container uses it; the daemon creates a new one)");
+  }
+  log_.Log(Level::kInfo, "daemon", "compute board ready", {{"path", config_.BoardPath()}});
   return Status::Ok();
 }
 

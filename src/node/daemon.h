@@ -82,6 +82,8 @@ class Daemon : public ContainerDirectory, public GpuHealthFeed {
     ledger::Snapshot snapshot;
   };
 
+  // Creates (or checks) the node-wide compute board at config_.BoardPath().
+  Status CreateBoard();
   void HousekeepingLoop();
   void HealthLoop();
   void Scan();

@@ -167,6 +167,17 @@ void RenderContainerDevices(const MetricsSnapshot& s, Exposition& e) {
   for (const Row& r : rows) e.Sample("vgpu_container_throttled_seconds_total", ours(r), r.d->throttled_ns / 1e9);
   e.Family("vgpu_container_oom_refusals_total", "counter", "Allocations refused because they would exceed the memory limit.");
   for (const Row& r : rows) e.Sample("vgpu_container_oom_refusals_total", ours(r), r.d->oom_refusals);
+
+  // Oversubscription (docs/memory.md): host memory the container's spilled allocations hold, a
+  // budget of its own, never part of the device figures above.
+  e.Family("vgpu_container_spill_used_bytes", "gauge", "Host memory held by the container's spilled allocations (oversubscription); not part of the device memory.");
+  for (const Row& r : rows) e.Sample("vgpu_container_spill_used_bytes", ours(r), r.d->spilled);
+  e.Family("vgpu_container_spill_limit_bytes", "gauge", "Host spill limit of the device, 0 = the device does not spill.");
+  for (const Row& r : rows) e.Sample("vgpu_container_spill_limit_bytes", ours(r), r.d->host_limit);
+  e.Family("vgpu_container_spill_peak_bytes", "gauge", "Highest host spill ever admitted on the device.");
+  for (const Row& r : rows) e.Sample("vgpu_container_spill_peak_bytes", ours(r), r.d->spill_peak);
+  e.Family("vgpu_container_spill_refusals_total", "counter", "Allocations refused because spilling them would exceed the host spill limit.");
+  for (const Row& r : rows) e.Sample("vgpu_container_spill_refusals_total", ours(r), r.d->spill_refusals);
 }
 
 void RenderContainers(const MetricsSnapshot& s, Exposition& e) {

@@ -48,6 +48,10 @@ MetricsSnapshot Sample() {
   d.share_ppm = 295000;
   d.busy_ns = 2'500'000'000;
   d.throttled_ns = 1'000'000'000;
+  d.host_limit = 2147483648;
+  d.spilled = 805306368;
+  d.spill_peak = 1610612736;
+  d.spill_refusals = 4;
   c.snapshot.devices.push_back(d);
   c.live_processes = 2;
   c.registered_processes = 1;
@@ -86,6 +90,11 @@ TEST(MetricsTest, OwnMetrics) {
   EXPECT_TRUE(Has(text, "vgpu_container_oom_refusals_total" + labels + " 3"));
   EXPECT_TRUE(Has(text, "vgpu_container_memory_nvml_bytes" + labels + " 40"));
   EXPECT_TRUE(Has(text, "vgpu_container_memory_peak_bytes" + labels + " 600000000"));
+  EXPECT_TRUE(Has(text, "vgpu_container_spill_used_bytes" + labels + " 805306368"));
+  EXPECT_TRUE(Has(text, "vgpu_container_spill_limit_bytes" + labels + " 2147483648"));
+  EXPECT_TRUE(Has(text, "vgpu_container_spill_peak_bytes" + labels + " 1610612736"));
+  EXPECT_TRUE(Has(text, "vgpu_container_spill_refusals_total" + labels + " 4"));
+  EXPECT_TRUE(Has(text, "# TYPE vgpu_container_spill_refusals_total counter"));
   EXPECT_TRUE(Has(text, "vgpu_gpu_healthy{node=\"n1\",device_index=\"0\",device_uuid=\"GPU-a\"} 0"));
   EXPECT_TRUE(Has(text, "vgpu_gpu_xid_errors_total{node=\"n1\",device_index=\"0\",device_uuid=\"GPU-a\",xid=\"79\"} 2"));
   EXPECT_TRUE(Has(text, "vgpu_gpu_ecc_errors_total{node=\"n1\",device_index=\"0\",device_uuid=\"GPU-a\",type=\"double_bit\"} 1"));

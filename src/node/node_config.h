@@ -54,6 +54,8 @@ struct NodeConfig {
 
   std::string SocketPath() const { return socket.empty() ? state_dir + "/vgpu.sock" : socket; }
   std::string ContainersDir() const { return state_dir + "/containers"; }
+  // The node-wide compute board (ledger/board.h), shared by every container on the node.
+  std::string BoardPath() const { return state_dir + "/board"; }
 };
 
 // One configuration key: its name, help text and the default as text.

@@ -1,6 +1,11 @@
 #include "node/registrar.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "node/wire_transport.h"
 
@@ -119,6 +124,34 @@ std::optional<ContainerRecord> Registrar::Resolve(const wire::RegisterRequest& r
   return std::nullopt;
 }
 
+std::string Registrar::GrantLedger(const ContainerRecord& record, const PeerCred& peer) {
+  if (peer.uid == 0) return "";  // root writes any ledger
+  const std::string path = record.LedgerPath();
+  std::lock_guard<std::mutex> lock(grant_mu_);
+  const int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  if (fd < 0) return "cannot open the ledger " + path + ": " + strerror(errno);
+  struct stat st;
+  std::string problem;
+  if (fstat(fd, &st) != 0) {
+    problem = "cannot stat the ledger " + path + ": " + strerror(errno);
+  } else if (st.st_uid == peer.uid) {
+    // already the caller's
+  } else if (st.st_uid != geteuid()) {
+    problem = "the ledger " + path + " of container " + record.key + " belongs to uid " + std::to_string(st.st_uid) +
+              " (its first registered process); a process of uid " + std::to_string(peer.uid) +
+              " could not charge it: run the container's GPU processes as one uid (or as root)";
+  } else if (!S_ISREG(st.st_mode)) {
+    problem = "the ledger " + path + " is not a regular file";
+  } else if (fchown(fd, peer.uid, peer.gid) != 0) {
+    problem = "cannot give the ledger " + path + " to uid " + std::to_string(peer.uid) + ": " + strerror(errno);
+  } else {
+    log_.Log(Level::kInfo, "registration", "ledger given to the container's uid",
+             {{"container", record.key}, {"uid", static_cast<int64_t>(peer.uid)}, {"gid", static_cast<int64_t>(peer.gid)}});
+  }
+  close(fd);
+  return problem;
+}
+
 wire::RegisterReply Registrar::Handle(const PeerCred& peer, const wire::RegisterRequest& request) {
   const ProcessFacts facts = procfs_.Facts(peer.pid, false);
   if (!facts.exists) return Refuse(peer, request, "caller pid " + std::to_string(peer.pid) + " not found under " + procfs_.proc_root());
@@ -154,6 +187,8 @@ wire::RegisterReply Registrar::Handle(const PeerCred& peer, const wire::Register
       }
     }
   }
+
+  if (const std::string problem = GrantLedger(*record, peer); !problem.empty()) return Refuse(peer, request, problem);
 
   Registration reg;
   reg.host_pid = peer.pid;

@@ -14,6 +14,12 @@
 //      registered process; a later caller must be in that cgroup or below while it exists; once
 //      it is gone (the container restarted) the next caller re-pins it. This keeps a sibling
 //      container of the same pod from registering into another container's ledger.
+//   6. a non-root caller must be able to charge the ledger, which the daemon creates root-owned
+//      0644 (never group/other-writable: the ledger refuses writers of such files): the first
+//      non-root caller is made its owner (chown to its uid and gid, as SO_PEERCRED reports them
+//      in the daemon's user namespace); a later caller of another non-root uid is refused, since
+//      it could not open the ledger for writing. Root callers change nothing (docs/node.md,
+//      "Who may write a ledger").
 // On success the registration is remembered (Registry) and the reply carries the host pid, the
 // ledger path the caller can open (the host path when the caller shares the daemon's mount
 // namespace, else container_ledger_path), the container key and the ledger's limits.
@@ -75,6 +81,10 @@ class Registrar {
   // Step 2: the record for the claim, or "" with *why.
   std::optional<ContainerRecord> Resolve(const wire::RegisterRequest& request, std::string* why);
 
+  // Step 6: "" when the caller can charge the record's ledger (after giving it the ledger when
+  // it is the first non-root caller), else why not.
+  std::string GrantLedger(const ContainerRecord& record, const PeerCred& peer);
+
   ContainerStore& store_;
   Registry& registry_;
   const ProcFs& procfs_;
@@ -82,6 +92,7 @@ class Registrar {
   Logger& log_;
   const std::string own_mount_ns_;
   std::mutex pin_mu_;  // serialises pin decisions
+  std::mutex grant_mu_;  // serialises ledger ownership changes
   std::atomic<int64_t> last_rescan_ns_{0};  // a claim for an unknown pod rescans at most once a second
 };
 

@@ -6,7 +6,9 @@
 //   - a GPU program started without the library inside the group is flagged (and killed with
 //     bypass_action = kill);
 //   - NVML XID events make a GPU unhealthy and it recovers;
-//   - /metrics parses with Prometheus' Python parser (prometheus_client).
+//   - /metrics parses with Prometheus' Python parser (prometheus_client), host spill included;
+//   - an NVML-only process registers at nvmlInit;
+//   - the daemon's ledger is the authority: no limits in the environment is not a disagreement.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -44,7 +46,7 @@ class NodeIntegrationTest : public ::testing::Test {
   std::string sim_state() const { return dir_.path() + "/sim-state"; }
   std::string ledger_path() const { return state() + "/containers/job_main/ledger"; }
 
-  void AddGroup(uint64_t memory = 1ull << 30) {
+  void AddGroup(uint64_t memory = 1ull << 30, uint64_t host_spill = 0) {
     ContainerStore store(state() + "/containers");
     ASSERT_TRUE(store.Init().ok);
     ContainerSpec s;
@@ -54,6 +56,7 @@ class NodeIntegrationTest : public ::testing::Test {
     s.pod_name = "trainer";
     s.cgroup = OwnCgroup();  // every process this test starts lives here
     s.limits.default_memory_limit = memory;
+    s.limits.default_host_limit = host_spill;
     ASSERT_FALSE(s.cgroup.empty());
     ASSERT_TRUE(store.Ensure(s, nullptr).ok);
   }
@@ -306,6 +309,47 @@ TEST_F(NodeIntegrationTest, PsAndTopWorkNodeWideThroughTheDaemon) {
   EXPECT_EQ(ReadFile(dead + ".out").find("[container"), std::string::npos);
 }
 
+TEST_F(NodeIntegrationTest, AnNvmlOnlyProcessRegistersAtNvmlInit) {
+  AddGroup();
+  auto daemon = StartDaemon();
+  const std::string probe = dir_.path() + "/probe";
+  ASSERT_EQ(WaitExit(Spawn({VGPU_NVML_PROBE}, LibraryEnv(daemon->socket()), probe), 10000), 0)
+      << ReadFile(probe + ".out") << ReadFile(probe + ".err");
+  EXPECT_NE(ReadFile(probe + ".err").find("registered with vgpu-node as container job_main"), std::string::npos)
+      << ReadFile(probe + ".err");
+  EXPECT_EQ(MetricValue(daemon->Metrics(), "vgpu_registrations_total{result=\"ok\"}"), 1);
+  // Its NVML view is the container's: the daemon's ledger, without limits in the environment.
+  EXPECT_NE(ReadFile(probe + ".out").find("total 1073741824\n"), std::string::npos) << ReadFile(probe + ".out");
+
+  // A claim the daemon refuses refuses NVML too (NVML_ERROR_NO_PERMISSION = 4).
+  auto wrong = LibraryEnv(daemon->socket());
+  wrong["VGPU_CONTAINER_NAME"] = "other";
+  const std::string refused = dir_.path() + "/refused";
+  EXPECT_EQ(WaitExit(Spawn({VGPU_NVML_PROBE}, wrong, refused), 10000), 1);
+  EXPECT_NE(ReadFile(refused + ".out").find("init 4\n"), std::string::npos) << ReadFile(refused + ".out");
+  EXPECT_NE(ReadFile(refused + ".err").find("nvmlInit refused: vgpu-node refused the registration"), std::string::npos)
+      << ReadFile(refused + ".err");
+  EXPECT_EQ(MetricValue(daemon->Metrics(), "vgpu_registrations_total{result=\"refused\"}"), 1);
+}
+
+TEST_F(NodeIntegrationTest, TheDaemonsLedgerNeedsNoLimitsInTheEnvironment) {
+  AddGroup();
+  auto daemon = StartDaemon();
+  // The Kubernetes case without limit variables: the ledger's limits apply, nothing is wrong.
+  Hold("registered", 64, LibraryEnv(daemon->socket()));
+  const std::string quiet = ReadFile(dir_.path() + "/registered.err");
+  EXPECT_EQ(quiet.find("holds other limits"), std::string::npos) << quiet;
+  EXPECT_EQ(quiet.find("ERROR"), std::string::npos) << quiet;
+  EXPECT_NE(quiet.find("the environment sets no limits: the limits of ledger " + ledger_path() + " apply"), std::string::npos)
+      << quiet;
+  // Limits stated in the environment that differ from the daemon's are still reported.
+  auto other = LibraryEnv(daemon->socket());
+  other["CUDA_DEVICE_MEMORY_LIMIT"] = "2g";
+  EXPECT_EQ(RunBriefly("other", other), 0) << Output("other");
+  EXPECT_NE(ReadFile(dir_.path() + "/other.err").find("holds other limits than this process's environment"), std::string::npos)
+      << Output("other");
+}
+
 std::string FindPython() {
   for (const char* candidate : {"/usr/bin/python3", "python3"}) {
     const std::string command = std::string(candidate) + " -c 'import prometheus_client' 2>/dev/null";
@@ -317,9 +361,16 @@ std::string FindPython() {
 TEST_F(NodeIntegrationTest, MetricsParseWithPrometheusClient) {
   const std::string python = FindPython();
   ASSERT_FALSE(python.empty()) << "no python3 with prometheus_client: install python3-prometheus-client (scripts/install-deps.sh)";
-  AddGroup();
+  AddGroup(1ull << 30, 512 * kMiB);  // oversubscription: 512 MiB may spill to the host
   auto daemon = StartDaemon();
-  Hold("registered", 128, LibraryEnv(daemon->socket()));
+  // Fills the device (256 MiB context + 12 x 64 MiB), spills 8 x 64 MiB, is refused once at the
+  // host limit, then waits.
+  const std::string sync = dir_.path() + "/sync";
+  MakeDirs(sync);
+  children_.push_back(Spawn({VGPU_MEMORY_SPILL, "fill", "alloc", "64", "2048", sync}, LibraryEnv(daemon->socket()),
+                            dir_.path() + "/registered"));
+  ASSERT_TRUE(WaitFor(15000, [&] { return access((sync + "/full").c_str(), F_OK) == 0; }))
+      << Output("registered");
   Hold("rogue", 64, SimEnv());
   ASSERT_TRUE(WaitFor(5000, [&] { return MetricValue(daemon->Metrics(), "vgpu_bypass_processes{node=") == 1; }));
   const std::string scrape = dir_.path() + "/metrics.txt";
@@ -338,6 +389,15 @@ TEST_F(NodeIntegrationTest, MetricsParseWithPrometheusClient) {
             "family vgpu_registration_duration_seconds histogram\n"
             "family vgpu_bypass_processes gauge\n"
             "family vgpu_gpu_healthy gauge\n"
+            "family vgpu_container_spill_used_bytes gauge\n"
+            "family vgpu_container_spill_limit_bytes gauge\n"
+            "family vgpu_container_spill_peak_bytes gauge\n"
+            "family vgpu_container_spill_refusals_total counter\n"
+            "sample vgpu_container_spill_used_bytes pod_uid=job,device_uuid=" + kUuid0 + " == 536870912\n"
+            "sample vgpu_container_spill_limit_bytes pod_uid=job,device_uuid=" + kUuid0 + " == 536870912\n"
+            "sample vgpu_container_spill_peak_bytes pod_uid=job,device_uuid=" + kUuid0 + " == 536870912\n"
+            "sample vgpu_container_spill_refusals_total pod_uid=job,device_uuid=" + kUuid0 + " == 1\n"
+            "sample vgpu_container_memory_used_bytes pod_uid=job,device_uuid=" + kUuid0 + " == 1073741824\n"
             "sample hami_vgpu_memory_used_bytes namespace=batch,pod=trainer,container=main,device_uuid=" + kUuid0 + " >= 402653184\n"
             "sample hami_vgpu_memory_limit_bytes namespace=batch,pod=trainer,container=main == 1073741824\n"
             "sample vgpu_container_registered_processes pod_uid=job == 1\n"

@@ -6,7 +6,9 @@
 //   - a process outside the claimed container's cgroup is refused;
 //   - SIGTERM stops it cleanly; a restart rebuilds its state from the ledgers on disk;
 //   - a container whose cgroup is gone and whose processes are dead is removed;
-//   - node-wide queries are answered only to host processes.
+//   - node-wide queries are answered only to host processes;
+//   - the daemon creates the node-wide compute board; a non-root container process can charge
+//     its ledger (the first one becomes its owner).
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -19,6 +21,7 @@
 #include <random>
 
 #include "daemon_harness.h"
+#include "ledger/board.h"
 #include "ledger/ledger.h"
 #include "node/container_store.h"
 
@@ -305,6 +308,127 @@ TEST_F(RegistrationServerTest, SigtermStopsCleanlyAndARestartRebuildsFromTheLedg
   EXPECT_NE(again->log().find("registered_processes=1"), std::string::npos) << again->log();
   kill(child, SIGKILL);
   waitpid(child, nullptr, 0);
+}
+
+TEST_F(RegistrationServerTest, TheComputeBoardIsCreatedForTheContainers) {
+  auto daemon = StartDaemon();
+  const std::string board = state() + "/board";
+  struct stat st;
+  ASSERT_EQ(lstat(board.c_str(), &st), 0) << daemon->log();
+  EXPECT_TRUE(S_ISREG(st.st_mode));
+  EXPECT_EQ(st.st_mode & 07777, 0666u) << "every container's processes write heartbeats";
+  // A container process opens it (what the plugin's mount + VGPU_BOARD lead to) and uses it.
+  ledger::LedgerStatus status;
+  auto opened = ledger::Board::Open(board, &status);
+  ASSERT_NE(opened, nullptr) << status.message;
+  std::string error;
+  EXPECT_NE(opened->Lookup("GPU-5151a000-0000-4000-8000-000000000000", &error), nullptr) << error;
+  EXPECT_NE(daemon->log().find("msg=\"compute board ready\""), std::string::npos) << daemon->log();
+  // A restart keeps the board (and what containers wrote there).
+  EXPECT_EQ(daemon->Terminate(), 0);
+  auto again = StartDaemon();
+  struct stat st2;
+  ASSERT_EQ(lstat(board.c_str(), &st2), 0);
+  EXPECT_EQ(st2.st_ino, st.st_ino);
+}
+
+TEST_F(RegistrationServerTest, AForeignFileAtTheBoardPathStopsTheStart) {
+  WriteFile(state() + "/board", "not a board");
+  DaemonProcess daemon(state(), {"--proc-root=" + host_.proc_root(), "--cgroup-root=" + host_.cgroup_root(), "--nvml-library=off"});
+  EXPECT_FALSE(daemon.Start());
+  EXPECT_NE(daemon.log().find("compute board " + state() + "/board"), std::string::npos) << daemon.log();
+  EXPECT_EQ(ReadFile(state() + "/board"), "not a board") << "never overwritten";
+}
+
+struct UidRegistration {
+  int32_t status = -1;
+  int32_t ledger_opened = 0;  // 1 when the child could open the ledger for charging
+  char message[512] = {};
+};
+
+// Registers from a child running as uid:gid, which then opens the ledger read-write as the library
+// does after a successful registration.
+UidRegistration RegisterAs(uid_t uid, const std::string& socket, const std::string& ledger_path,
+                           const std::function<void(pid_t)>& before_go) {
+  int go[2], out[2];
+  EXPECT_EQ(pipe(go), 0);
+  EXPECT_EQ(pipe(out), 0);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    close(go[1]);
+    close(out[0]);
+    char c;
+    while (read(go[0], &c, 1) > 0) {
+    }
+    UidRegistration r;
+    if (setgid(uid) == 0 && setuid(uid) == 0) {
+      const wire::ExchangeResult x = wire::Exchange(socket, RegisterFrame(kPod, "main", static_cast<uint32_t>(getpid())),
+                                                    5000, wire::kMaxReplyPayload);
+      wire::RegisterReply reply;
+      if (x.ok() && wire::DecodeRegisterReply(x.payload, &reply).empty()) {
+        r.status = static_cast<int32_t>(reply.status);
+        snprintf(r.message, sizeof(r.message), "%s", reply.message.c_str());
+      }
+      ledger::LedgerStatus status;
+      std::string disagreement;
+      r.ledger_opened = ledger::Ledger::Open(ledger_path, ledger::LimitSet{}, &status, &disagreement) != nullptr;
+      if (!r.ledger_opened && r.message[0] == '\0') snprintf(r.message, sizeof(r.message), "%s", status.message.c_str());
+    }
+    [[maybe_unused]] ssize_t w = write(out[1], &r, sizeof(r));
+    _exit(0);
+  }
+  close(go[0]);
+  close(out[1]);
+  before_go(pid);
+  close(go[1]);
+  UidRegistration r;
+  EXPECT_EQ(read(out[0], &r, sizeof(r)), static_cast<ssize_t>(sizeof(r)));
+  close(out[0]);
+  waitpid(pid, nullptr, 0);
+  return r;
+}
+
+TEST_F(RegistrationServerTest, ANonRootContainerProcessCanChargeItsLedger) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root (to run a child as another uid)";
+  AddContainer(kPod, "main");
+  // The test's temporary directories are private; the host's state dir is 0755.
+  ASSERT_EQ(chmod(dir_.path().c_str(), 0755), 0);
+  ASSERT_EQ(chmod(state().c_str(), 0755), 0);
+  auto daemon = StartDaemon();
+  const std::string ledger_path = state() + "/containers/" + kPod + "_main/ledger";
+  struct stat st;
+  ASSERT_EQ(stat(ledger_path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 0u);
+  EXPECT_EQ(st.st_mode & 07777, 0644u);
+
+  // The first non-root process becomes the ledger's owner and can charge it.
+  const auto fake = [&](pid_t pid) { Fake(pid, kPodCgroup + "/ctr"); };
+  const UidRegistration first = RegisterAs(65534, daemon->socket(), ledger_path, fake);
+  EXPECT_EQ(first.status, 0) << first.message;
+  EXPECT_EQ(first.ledger_opened, 1) << first.message;
+  ASSERT_EQ(stat(ledger_path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 65534u);
+  EXPECT_EQ(st.st_gid, 65534u);
+  EXPECT_EQ(st.st_mode & 07777, 0644u) << "never group- or world-writable";
+  // The record and the directory stay the daemon's.
+  struct stat dir_st;
+  ASSERT_EQ(stat((state() + "/containers/" + kPod + "_main").c_str(), &dir_st), 0);
+  EXPECT_EQ(dir_st.st_uid, 0u);
+
+  // Another non-root uid could not charge it: refused, with the reason.
+  const UidRegistration second = RegisterAs(65533, daemon->socket(), ledger_path, fake);
+  EXPECT_EQ(second.status, static_cast<int32_t>(wire::Status::kRefused));
+  EXPECT_NE(std::string(second.message).find("belongs to uid 65534 (its first registered process); a process of uid 65533"),
+            std::string::npos)
+      << second.message;
+  // Root changes nothing.
+  Fake(getpid(), kPodCgroup + "/ctr");
+  wire::RegisterReply reply;
+  ASSERT_EQ(wire::DecodeRegisterReply(SendRaw(daemon->socket(), RegisterFrame(kPod, "main", 1)).payload, &reply), "");
+  EXPECT_EQ(reply.status, wire::Status::kOk) << reply.message;
+  ASSERT_EQ(stat(ledger_path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 65534u);
+  EXPECT_NE(daemon->log().find("msg=\"ledger given to the container's uid\""), std::string::npos) << daemon->log();
 }
 
 TEST_F(RegistrationServerTest, AStaleSocketIsReplacedAndALiveOneIsNot) {

@@ -10,12 +10,14 @@
 // of the same quantity.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <future>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "ledger/ledger.h"
 #include "memory_harness.h"
 
 namespace vgpu::testing {
@@ -109,17 +111,38 @@ INSTANTIATE_TEST_SUITE_P(Loops, ComputeLimitTest,
                                            LimitCase{60, 200}, LimitCase{30, 200, "ptsz"}));
 
 // Without a compute limit the launch hooks are plain forwarders: the GPU stays saturated and the
-// throughput is the native one.
+// throughput is the native one. On a shared 2-core CI machine the load drifts by more than the 2%
+// compared here within seconds, so native and hooked runs alternate (three pairs), each pair is
+// compared as a ratio and the median pair decides; saturation is judged on the best run of each
+// kind (load only ever lowers a share, a throttling library could not reach it in any run). The
+// deterministic part is checked exactly: the limiter never measured or held back anything.
 TEST_F(ComputeTest, NoLimitRunsAtNativeThroughput) {
-  const Achieved native = RunLoop(200, "plain", Native());
-  const Achieved hooked = RunLoop(200, "plain", VgpuEnv({}));
-  EXPECT_GT(native.share, 95.0);
-  EXPECT_GT(hooked.share, 95.0);
-  EXPECT_NEAR(hooked.share, native.share, 2.0);
-  EXPECT_NEAR(static_cast<double>(hooked.kernels), static_cast<double>(native.kernels),
-              0.02 * static_cast<double>(native.kernels));
-}
+  std::vector<double> ratios;
+  double best_native = 0, best_hooked = 0;
+  for (int pair = 0; pair < 3; ++pair) {
+    const Achieved native = RunLoop(200, "plain", Native());
+    const Achieved hooked = RunLoop(200, "plain", VgpuEnv({}));
+    ASSERT_GT(native.kernels, 0u);
+    best_native = std::max(best_native, native.share);
+    best_hooked = std::max(best_hooked, hooked.share);
+    ratios.push_back(static_cast<double>(hooked.kernels) / static_cast<double>(native.kernels));
+  }
+  std::sort(ratios.begin(), ratios.end());
+  std::printf("[ compute  ] no limit: hooked/native kernels %.3f %.3f %.3f\n", ratios[0], ratios[1], ratios[2]);
+  EXPECT_GT(best_native, 95.0);
+  EXPECT_GT(best_hooked, 95.0);
+  EXPECT_NEAR(ratios[1], 1.0, 0.02) << "median of three interleaved pairs";
 
+  ledger::LedgerStatus status;
+  const std::unique_ptr<ledger::Ledger> ledger = ledger::Ledger::OpenReadOnly(dir_ + "/ledger", &status);
+  ASSERT_NE(ledger, nullptr) << status.message;
+  const ledger::Snapshot snapshot = ledger->Read();
+  ASSERT_FALSE(snapshot.devices.empty()) << "the hooked runs bound their GPU in the ledger";
+  for (const ledger::DeviceUsage& d : snapshot.devices) {
+    EXPECT_EQ(d.throttled_ns, 0u) << "device " << d.index;
+    EXPECT_EQ(d.busy_ns, 0u) << "device " << d.index << ": the limiter measured kernels without a limit";
+  }
+}
 
 // Soft limit 30/80 on an otherwise idle GPU: after the hold time the container runs at the soft
 // share (the simulated NVML utilisation minus its own share says nobody else is busy).

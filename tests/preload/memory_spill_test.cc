@@ -221,6 +221,31 @@ TEST_F(MemorySpillTest, PrefetchAndAdviceNeverBringSpilledMemoryOntoTheGpu) {
   EXPECT_EQ(t.U64("own_last_prefetch"), 0u) << "memory that did not spill is prefetched as asked";
 }
 
+TEST_F(MemorySpillTest, BatchPrefetchesNeverBringSpilledMemoryOntoTheGpu) {
+  StartObserver();
+  const RunResult run = Run({"memory_spill", "batch"}, VgpuEnv(Spilling()));
+  const Observation obs = StopObserver();
+  ASSERT_EQ(run.exit_code, 0) << Describe(run);
+  const Transcript t(run);
+  SCOPED_TRACE(Describe(run));
+  EXPECT_EQ(t.U64("batch_device"), kDeviceBlocks);
+  EXPECT_EQ(t.U64("batch_spilled"), 16 - kDeviceBlocks);
+  for (const auto& [call, code] : t.Codes()) EXPECT_EQ(code, "0") << call;
+  const auto cpu = static_cast<uint64_t>(int64_t{-1});      // CU_DEVICE_CPU
+  const auto invalid = static_cast<uint64_t>(int64_t{-2});  // CU_DEVICE_INVALID
+  // Only the operation that would have moved spilled memory onto the GPU was dropped.
+  EXPECT_EQ(t.U64("mixed_spilled_last"), invalid) << "the spilled block's prefetch to the device reached the driver";
+  EXPECT_EQ(t.U64("mixed_own_last"), 0u) << "memory that did not spill is prefetched as asked";
+  EXPECT_EQ(t.U64("mixed_host_last"), cpu) << "the prefetch to the host, in the same batch, reached the driver";
+  EXPECT_EQ(t.U64("discard_spilled_last"), invalid);
+  // The device holds the overhead, 11 device blocks and the 32 MiB prefetched: not one spilled byte.
+  EXPECT_EQ(obs.HoldUsed("batched", 0), kOverhead + (kDeviceBlocks - 1) * kChunk + 32 * kMiB);
+  EXPECT_LE(obs.Peak(0), kLimit) << "observer peak " << MiB(obs.Peak(0));
+  EXPECT_EQ(t.U64("malformed_code"), 1u) << "a batch the driver refuses reaches it (CUDA_ERROR_INVALID_VALUE)";
+  EXPECT_EQ(t.U64("host_batch_code"), 0u);
+  EXPECT_EQ(t.U64("host_batch_last"), cpu);
+}
+
 // ---------------------------------------------------------------------------------------------
 // 5. Several processes, dead processes, a full GPU.
 

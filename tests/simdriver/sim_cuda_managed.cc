@@ -8,6 +8,8 @@
 //   - cuMemPrefetchAsync to a device moves it there (charged; CUDA_ERROR_OUT_OF_MEMORY when the
 //     device is full: a simplification, the real driver would evict), to the host moves it off
 //     the device (no longer charged).
+//   - cuMemPrefetchBatchAsync / cuMemDiscardAndPrefetchBatchAsync (CUDA 13) do the same per
+//     operation of the batch (a discard moves no data).
 //   - cuMemAdvise records the preferred location and the accessing devices; like the real
 //     driver's advice it moves nothing by itself.
 //   - cuMemRangeGetAttribute reports the advice and the last prefetch location;
@@ -15,6 +17,8 @@
 //     allocation made with cuMemAlloc* / cuMemAllocManaged / pools.
 #include <algorithm>
 #include <cstring>
+#include <utility>
+#include <vector>
 
 #include "sim_cuda_internal.h"
 
@@ -96,14 +100,9 @@ CUresult Advise(CUdeviceptr ptr, uint64_t count, CUmem_advise advice, const CUme
   }
 }
 
-CUresult Prefetch(CUdeviceptr ptr, uint64_t count, const CUmemLocation& where, CUstream stream, bool per_thread) {
-  Api api;
-  if (const CUresult rc = api.Check(); rc != CUDA_SUCCESS) return rc;
-  const int location = FromLocation(where);
-  Stream* resolved = nullptr;
-  if (const CUresult rc = ResolveStream(stream, per_thread, &resolved); rc != CUDA_SUCCESS) return rc;
-  Allocation* allocation = ManagedRange(ptr, count);
-  if (allocation == nullptr || location == kNoLocation) return CUDA_ERROR_INVALID_VALUE;
+// Moves a managed allocation to `location` (CU_DEVICE_CPU or a physical device).
+// REQUIRES: Runtime::mu held.
+CUresult MoveManaged(Allocation* allocation, int location) {
   if (location == CU_DEVICE_CPU) {
     if (allocation->resident) State().Uncharge(allocation->device, allocation->size);
     allocation->resident = false;
@@ -114,6 +113,53 @@ CUresult Prefetch(CUdeviceptr ptr, uint64_t count, const CUmemLocation& where, C
     allocation->resident = true;
   }
   allocation->last_prefetch = location;
+  return CUDA_SUCCESS;
+}
+
+CUresult Prefetch(CUdeviceptr ptr, uint64_t count, const CUmemLocation& where, CUstream stream, bool per_thread) {
+  Api api;
+  if (const CUresult rc = api.Check(); rc != CUDA_SUCCESS) return rc;
+  const int location = FromLocation(where);
+  Stream* resolved = nullptr;
+  if (const CUresult rc = ResolveStream(stream, per_thread, &resolved); rc != CUDA_SUCCESS) return rc;
+  Allocation* allocation = ManagedRange(ptr, count);
+  if (allocation == nullptr || location == kNoLocation) return CUDA_ERROR_INVALID_VALUE;
+  return MoveManaged(allocation, location);
+}
+
+// cuMemPrefetchBatchAsync / cuMemDiscardAndPrefetchBatchAsync (CUDA 13): operation i moves the
+// allocation holding [dptrs[i], dptrs[i] + sizes[i]) to locations[k], the last k with
+// first_op[k] <= i. The arguments are checked as the CUDA documentation states them (first_op
+// starts at 0 and increases, num_locations <= count, flags 0, not the legacy NULL stream), and
+// every range before anything moves; then the operations run in order (the first that does not
+// fit the device stops the batch with CUDA_ERROR_OUT_OF_MEMORY). A discard moves no data here.
+CUresult PrefetchBatch(const CUdeviceptr* dptrs, const size_t* sizes, size_t count, const CUmemLocation* locations,
+                       const size_t* first_op, size_t num_locations, unsigned long long flags, CUstream stream,
+                       bool per_thread) {
+  Api api;
+  if (const CUresult rc = api.Check(); rc != CUDA_SUCCESS) return rc;
+  if (dptrs == nullptr || sizes == nullptr || locations == nullptr || first_op == nullptr || count == 0 ||
+      num_locations == 0 || num_locations > count || first_op[0] != 0 || flags != 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  for (size_t k = 1; k < num_locations; ++k) {
+    if (first_op[k] <= first_op[k - 1] || first_op[k] >= count) return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (stream == CU_STREAM_LEGACY || (stream == nullptr && !per_thread)) return CUDA_ERROR_INVALID_VALUE;
+  Stream* resolved = nullptr;
+  if (const CUresult rc = ResolveStream(stream, per_thread, &resolved); rc != CUDA_SUCCESS) return rc;
+  std::vector<std::pair<Allocation*, int>> moves;
+  size_t k = 0;
+  for (size_t i = 0; i < count; ++i) {
+    if (k + 1 < num_locations && first_op[k + 1] == i) ++k;
+    Allocation* allocation = ManagedRange(dptrs[i], sizes[i]);
+    const int location = FromLocation(locations[k]);
+    if (allocation == nullptr || location == kNoLocation) return CUDA_ERROR_INVALID_VALUE;
+    moves.emplace_back(allocation, location);
+  }
+  for (const auto& [allocation, location] : moves) {
+    if (const CUresult rc = MoveManaged(allocation, location); rc != CUDA_SUCCESS) return rc;
+  }
   return CUDA_SUCCESS;
 }
 
@@ -233,6 +279,40 @@ SIM_EXPORT CUresult cuMemPrefetchAsync_v2_ptsz(CUdeviceptr devPtr, size_t count,
                                                unsigned int flags, CUstream hStream) {
   if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
   return Guarded([&] { return Prefetch(devPtr, count, location, hStream, true); });
+}
+
+SIM_EXPORT CUresult cuMemPrefetchBatchAsync(CUdeviceptr* dptrs, size_t* sizes, size_t count, CUmemLocation* prefetchLocs,
+                                            size_t* prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags,
+                                            CUstream hStream) {
+  return Guarded([&] {
+    return PrefetchBatch(dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, hStream, false);
+  });
+}
+
+SIM_EXPORT CUresult cuMemPrefetchBatchAsync_ptsz(CUdeviceptr* dptrs, size_t* sizes, size_t count,
+                                                 CUmemLocation* prefetchLocs, size_t* prefetchLocIdxs,
+                                                 size_t numPrefetchLocs, unsigned long long flags, CUstream hStream) {
+  return Guarded([&] {
+    return PrefetchBatch(dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, hStream, true);
+  });
+}
+
+SIM_EXPORT CUresult cuMemDiscardAndPrefetchBatchAsync(CUdeviceptr* dptrs, size_t* sizes, size_t count,
+                                                      CUmemLocation* prefetchLocs, size_t* prefetchLocIdxs,
+                                                      size_t numPrefetchLocs, unsigned long long flags,
+                                                      CUstream hStream) {
+  return Guarded([&] {
+    return PrefetchBatch(dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, hStream, false);
+  });
+}
+
+SIM_EXPORT CUresult cuMemDiscardAndPrefetchBatchAsync_ptsz(CUdeviceptr* dptrs, size_t* sizes, size_t count,
+                                                           CUmemLocation* prefetchLocs, size_t* prefetchLocIdxs,
+                                                           size_t numPrefetchLocs, unsigned long long flags,
+                                                           CUstream hStream) {
+  return Guarded([&] {
+    return PrefetchBatch(dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, hStream, true);
+  });
 }
 
 SIM_EXPORT CUresult cuMemRangeGetAttribute(void* data, size_t dataSize, CUmem_range_attribute attribute,

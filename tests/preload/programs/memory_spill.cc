@@ -26,6 +26,17 @@
 //       the host (host_prefetch_code, host_last_prefetch); then, with room made on the device,
 //       the application's own managed memory prefetched to the device (own_prefetch_code,
 //       own_last_prefetch).
+//   memory_spill batch
+//       fills 1 GiB like "prefetch", frees the first device block and allocates 32 MiB of its own
+//       managed memory, then on a stream of its own: cuMemPrefetchBatchAsync of {last spilled
+//       block -> device 0, own -> device 0, second-to-last spilled block -> host} (code_batch_mixed,
+//       then mixed_spilled_last, mixed_own_last, mixed_host_last: last prefetch locations);
+//       cuMemDiscardAndPrefetchBatchAsync through cuGetProcAddress with per-thread-stream flags
+//       (the _ptsz entry) of spilled memory only (one range starts 1 MiB before the first spilled
+//       block, in whatever lies there), to device 0
+//       (code_batch_discard_ptsz, discard_spilled_last); hold point "batched"; a malformed batch
+//       (malformed_code: the driver's answer) and a batch of nothing but host prefetches
+//       (host_batch_code, host_batch_last).
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <dlfcn.h>
@@ -243,6 +254,86 @@ int PrefetchMode() {
   return 0;
 }
 
+int BatchMode() {
+  memtest::InitPrimaryContext(0);
+  Held held = Fill(Path::kAlloc, 64 * kMiB, 1024 * kMiB, nullptr);
+  Classify(held, "batch");
+  CHECK(held.blocks.size() >= 3 && held.blocks.back().managed && held.blocks[held.blocks.size() - 2].managed);
+  CHECK(!held.blocks.front().managed);
+  const CUdeviceptr last = held.blocks.back().ptr;
+  const CUdeviceptr second_last = held.blocks[held.blocks.size() - 2].ptr;
+  CUdeviceptr first_spilled = 0;
+  for (const Block& block : held.blocks) {
+    if (block.managed && first_spilled == 0) first_spilled = block.ptr;
+  }
+  CHECK_CU(cuMemFree(held.blocks.front().ptr));
+  CUdeviceptr own = 0;
+  CHECK_CU(cuMemAllocManaged(&own, 32 * kMiB, CU_MEM_ATTACH_HOST));
+  CUstream stream = nullptr;
+  CHECK_CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+  CUmemLocation device{};
+  device.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  device.id = 0;
+  CUmemLocation host{};
+  host.type = CU_MEM_LOCATION_TYPE_HOST;
+
+  // Two operations to the device (one spilled, one not), one to the host.
+  {
+    CUdeviceptr dptrs[] = {last, own, second_last};
+    size_t sizes[] = {64 * kMiB, 32 * kMiB, 64 * kMiB};
+    CUmemLocation locations[] = {device, host};
+    size_t first_op[] = {0, 2};
+    Report("code_batch_mixed", cuMemPrefetchBatchAsync(dptrs, sizes, 3, locations, first_op, 2, 0, stream));
+    CHECK_CU(cuStreamSynchronize(stream));
+    Report("mixed_spilled_last", static_cast<uint64_t>(static_cast<int64_t>(LastPrefetch(last))));
+    Report("mixed_own_last", static_cast<uint64_t>(static_cast<int64_t>(LastPrefetch(own))));
+    Report("mixed_host_last", static_cast<uint64_t>(static_cast<int64_t>(LastPrefetch(second_last))));
+  }
+  // Nothing but spilled memory to the device, through the runtime's way of finding entries.
+  {
+    void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    CHECK(lib != nullptr);
+    auto gpa = reinterpret_cast<PFN_cuGetProcAddress_v12000>(dlsym(lib, "cuGetProcAddress_v2"));
+    CHECK(gpa != nullptr);
+    void* entry = nullptr;
+    CUdriverProcAddressQueryResult found{};
+    CHECK_CU(gpa("cuMemDiscardAndPrefetchBatchAsync", &entry, 13000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &found));
+    CHECK(entry != nullptr && found == CU_GET_PROC_ADDRESS_SUCCESS);
+    auto discard = reinterpret_cast<PFN_cuMemDiscardAndPrefetchBatchAsync_v13000_ptsz>(entry);
+    CUdeviceptr dptrs[] = {last, first_spilled - kMiB};
+    size_t sizes[] = {64 * kMiB, 2 * kMiB};
+    CUmemLocation locations[] = {device};
+    size_t first_op[] = {0};
+    Report("code_batch_discard_ptsz", discard(dptrs, sizes, 2, locations, first_op, 1, 0, nullptr));
+    CHECK_CU(cuStreamSynchronize(nullptr));
+    Report("discard_spilled_last", static_cast<uint64_t>(static_cast<int64_t>(LastPrefetch(last))));
+  }
+  memtest::HoldPoint("batched");
+  // A batch the driver refuses reaches it unchanged (its first location index must be 0).
+  {
+    CUdeviceptr dptrs[] = {last, own};
+    size_t sizes[] = {64 * kMiB, 32 * kMiB};
+    CUmemLocation locations[] = {device};
+    size_t first_op[] = {1};
+    Report("malformed_code", cuMemPrefetchBatchAsync(dptrs, sizes, 2, locations, first_op, 1, 0, stream));
+  }
+  // Towards the host: the driver gets it.
+  {
+    CUdeviceptr dptrs[] = {last};
+    size_t sizes[] = {64 * kMiB};
+    CUmemLocation locations[] = {host};
+    size_t first_op[] = {0};
+    Report("host_batch_code", cuMemPrefetchBatchAsync(dptrs, sizes, 1, locations, first_op, 1, 0, stream));
+    CHECK_CU(cuStreamSynchronize(stream));
+    Report("host_batch_last", static_cast<uint64_t>(static_cast<int64_t>(LastPrefetch(last))));
+  }
+  CHECK_CU(cuStreamDestroy(stream));
+  CHECK_CU(cuMemFree(own));
+  for (size_t i = 1; i < held.blocks.size(); ++i) CHECK_CU(cuMemFree(held.blocks[i].ptr));
+  std::printf("done\n");
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -253,10 +344,12 @@ int main(int argc, char** argv) {
   if (mode == "leak" && argc == 4) return LeakMode(ArgU64(argv[2]) * kMiB, ArgU64(argv[3]) * kMiB);
   if (mode == "share" && argc == 5) return ShareMode(argv[2], static_cast<int>(ArgU64(argv[3])), ArgU64(argv[4]) * kMiB);
   if (mode == "prefetch" && argc == 2) return PrefetchMode();
+  if (mode == "batch" && argc == 2) return BatchMode();
   std::fprintf(stderr,
                "usage: memory_spill fill <alloc|managed|async|pitch> <chunk_mib> <total_mib> [<sync_dir>]\n"
                "       memory_spill leak <chunk_mib> <total_mib>\n"
                "       memory_spill share <dir> <nprocs> <chunk_mib>\n"
-               "       memory_spill prefetch\n");
+               "       memory_spill prefetch\n"
+               "       memory_spill batch\n");
   return 2;
 }
