@@ -102,7 +102,7 @@ int NvmlDeviceToLedger(nvmlDevice_t device) {
   if (runtime.passthrough()) return -1;
   if (!memory::Enabled()) {
     // Limits come from the environment or from the ledger vgpu-node named at registration.
-    if (!runtime.config.HasAnyMemoryLimit() && registration::LedgerPath().empty()) return -1;
+    if (!runtime.config.HasAnyMemoryLimit() && !registration::HasLedger()) return -1;
     std::string error;
     if (!memory::InitForCuInit(&error)) return -1;
   }

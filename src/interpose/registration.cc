@@ -54,6 +54,7 @@ struct State {
   std::string refusal;         // guarded by mu
   std::string ledger_path;     // guarded by mu
   std::atomic<int32_t> host_pid{0};  // 0 = not registered (use getpid())
+  std::atomic<bool> has_ledger{false};  // ledger_path is set (lock-free check for query hooks)
 };
 
 alignas(State) unsigned char g_storage[sizeof(State)];
@@ -67,6 +68,7 @@ void InitState() {
     new (&g_state->mu) std::mutex();
     g_state->done_for_pid = 0;
     g_state->host_pid.store(0);
+    g_state->has_ledger.store(false);
     g_state->ledger_path.clear();
   });
 }
@@ -220,6 +222,7 @@ bool RegisterAtInit(std::string* error) {
     case Outcome::kRegistered:
       s.host_pid.store(static_cast<int32_t>(result.reply.host_pid));
       s.ledger_path = result.reply.ledger_path;
+      s.has_ledger.store(!s.ledger_path.empty(), std::memory_order_release);
       VGPU_INFO("registered with vgpu-node as container %s: host pid %u, ledger %s, limits %s",
                 result.reply.container_key.c_str(), result.reply.host_pid, result.reply.ledger_path.c_str(),
                 DescribeLimits(result.reply.limits).c_str());
@@ -242,6 +245,8 @@ int32_t HostPid() {
   const int32_t host = S().host_pid.load(std::memory_order_relaxed);
   return host > 0 ? host : static_cast<int32_t>(getpid());
 }
+
+bool HasLedger() { return S().has_ledger.load(std::memory_order_acquire); }
 
 std::string LedgerPath() {
   State& s = S();

@@ -82,5 +82,8 @@ bool RegisterAtInit(std::string* error);
 int32_t HostPid();
 // The ledger path from the daemon's answer, else "".
 std::string LedgerPath();
+// Whether this process registered and the daemon named a ledger: one atomic load, no lock and no
+// system call (for query hooks that must stay cheap when no limit applies).
+bool HasLedger();
 
 }  // namespace vgpu::registration
