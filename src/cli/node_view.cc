@@ -64,24 +64,6 @@ std::string JsonString(const std::string& text) {
   return out + "\"";
 }
 
-std::string Columns(const std::vector<std::vector<std::string>>& rows) {
-  std::vector<size_t> widths;
-  for (const auto& row : rows) {
-    if (widths.size() < row.size()) widths.resize(row.size(), 0);
-    for (size_t i = 0; i < row.size(); ++i) widths[i] = std::max(widths[i], row[i].size());
-  }
-  std::string text;
-  for (const auto& row : rows) {
-    std::string line = " ";
-    for (size_t i = 0; i < row.size(); ++i) {
-      line += " " + row[i];
-      if (i + 1 < row.size()) line += std::string(widths[i] - row[i].size() + 1, ' ');
-    }
-    text += line + "\n";
-  }
-  return text;
-}
-
 }  // namespace
 
 std::string DefaultNodeSocket() {
@@ -150,7 +132,7 @@ std::string FormatNodeTables(const NodeView& view) {
       rows.push_back({std::to_string(g.index), g.uuid, g.name, FormatSize(g.memory_used) + " / " + FormatSize(g.memory_total),
                       std::to_string(g.utilization) + "%", g.healthy ? "healthy" : "UNHEALTHY: " + g.health_reason});
     }
-    text += Columns(rows);
+    text += FormatColumns(rows, 2);
   }
   if (view.bypass.empty()) {
     text += "  no GPU process bypasses vgpu in a limited container\n";
@@ -160,7 +142,7 @@ std::string FormatNodeTables(const NodeView& view) {
     for (const wire::BypassInfo& b : view.bypass) {
       rows.push_back({std::to_string(b.host_pid), b.comm, b.container_key, b.gpu_uuid, FormatSize(b.memory)});
     }
-    text += Columns(rows);
+    text += FormatColumns(rows, 2);
   }
   return text;
 }

@@ -118,25 +118,6 @@ std::string UtcTime(uint64_t unix_ns) {
   return buf;
 }
 
-// Left-aligned columns separated by two spaces, each line indented by two.
-std::string Table(const std::vector<std::vector<std::string>>& rows) {
-  std::vector<size_t> widths;
-  for (const auto& row : rows) {
-    if (widths.size() < row.size()) widths.resize(row.size(), 0);
-    for (size_t i = 0; i < row.size(); ++i) widths[i] = std::max(widths[i], row[i].size());
-  }
-  std::string text;
-  for (const auto& row : rows) {
-    std::string line = " ";
-    for (size_t i = 0; i < row.size(); ++i) {
-      line += " " + row[i];
-      if (i + 1 < row.size()) line += std::string(widths[i] - row[i].size() + 1, ' ');
-    }
-    text += line + "\n";
-  }
-  return text;
-}
-
 std::string DeviceTable(const Snapshot& snapshot) {
   if (snapshot.devices.empty()) return "  no devices yet (a process binds them when it first uses a GPU)\n";
   std::vector<std::vector<std::string>> rows = {{"DEVICE", "ORDINAL", "UUID", "USED / LIMIT", "PEAK", "REFUSALS", "COMPUTE", "SHARE"}};
@@ -150,7 +131,7 @@ std::string DeviceTable(const Snapshot& snapshot) {
                     Share(device)});
     if (spilling) rows.back().insert(rows.back().begin() + 4, Host(device));
   }
-  return Table(rows);
+  return FormatColumns(rows, 2);
 }
 
 std::string ProcessTable(const Snapshot& snapshot) {
@@ -166,7 +147,7 @@ std::string ProcessTable(const Snapshot& snapshot) {
     }
     rows.push_back(row);
   }
-  return Table(rows);
+  return FormatColumns(rows, 2);
 }
 
 std::string JsonString(const std::string& text) {
@@ -271,6 +252,24 @@ std::vector<PsEntry> ReadLedgers(const std::vector<std::string>& paths) {
     entries.push_back(std::move(entry));
   }
   return entries;
+}
+
+std::string FormatColumns(const std::vector<std::vector<std::string>>& rows, size_t indent) {
+  std::vector<size_t> widths;
+  for (const auto& row : rows) {
+    if (widths.size() < row.size()) widths.resize(row.size(), 0);
+    for (size_t i = 0; i < row.size(); ++i) widths[i] = std::max(widths[i], row[i].size());
+  }
+  std::string text;
+  for (const auto& row : rows) {
+    std::string line(indent, ' ');
+    for (size_t i = 0; i < row.size(); ++i) {
+      line += row[i];
+      if (i + 1 < row.size()) line += std::string(widths[i] - row[i].size() + 2, ' ');
+    }
+    text += line + "\n";
+  }
+  return text;
 }
 
 std::string FormatPsTable(const std::vector<PsEntry>& entries) {

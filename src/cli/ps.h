@@ -49,6 +49,10 @@ std::vector<PsEntry> ReadLedgers(const std::vector<std::string>& paths);
 // Human-readable: per ledger a heading, a device table and a process table; errors inline.
 std::string FormatPsTable(const std::vector<PsEntry>& entries);
 
+// Left-aligned text columns, two spaces apart, every line indented by `indent` spaces (the tables
+// of vgpu ps, vgpu top and the node-wide view).
+std::string FormatColumns(const std::vector<std::vector<std::string>>& rows, size_t indent);
+
 // {"ledgers": [...]} with every number in bytes / percent; see `vgpu ps --help`.
 // `members` (JSON members each followed by ", ", e.g. the node view's) go before "ledgers".
 std::string FormatPsJson(const std::vector<PsEntry>& entries, const std::string& members = "");

@@ -73,24 +73,6 @@ std::string Compute(const ledger::DeviceUsage& d) {
   return share + " / " + limit;
 }
 
-std::string Columns(const std::vector<std::vector<std::string>>& rows) {
-  std::vector<size_t> widths;
-  for (const auto& row : rows) {
-    if (widths.size() < row.size()) widths.resize(row.size(), 0);
-    for (size_t i = 0; i < row.size(); ++i) widths[i] = std::max(widths[i], row[i].size());
-  }
-  std::string text;
-  for (const auto& row : rows) {
-    std::string line;
-    for (size_t i = 0; i < row.size(); ++i) {
-      line += row[i];
-      if (i + 1 < row.size()) line += std::string(widths[i] - row[i].size() + 2, ' ');
-    }
-    text += line + "\n";
-  }
-  return text;
-}
-
 std::string Now() {
   const time_t t = time(nullptr);
   struct tm tm;
@@ -154,7 +136,7 @@ std::string FormatTopFrame(const NodeView& now, const NodeView* previous, double
     text += "no vgpu containers or jobs found\n";
   } else if (rows.size() == 1) {
   } else {
-    text += Columns(rows);
+    text += FormatColumns(rows, 0);
   }
   for (const std::string& p : problems) text += "unreadable: " + p + "\n";
   if (now.from_daemon) {
