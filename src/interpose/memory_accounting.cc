@@ -25,6 +25,12 @@ namespace vgpu::memory {
 namespace {
 
 constexpr int64_t kReconcileIntervalNs = 100'000'000;  // periodic NVML reconciliation
+// A reservation that would bring the device within this distance of its limit first reads this
+// process's usage from NVML (Reconcile) instead of trusting the last periodic reading. The driver
+// also allocates memory that no allocation call reports (an H200 with driver 580 adds about
+// 70 MiB at a process's first stream-ordered allocation; lazily loaded modules add more), and
+// without a fresh reading that memory would be found only after the limit had been passed.
+constexpr uint64_t kNearLimitBytes = 256ULL << 20;
 constexpr int kUnbound = -2;
 constexpr int kFailed = -1;
 
@@ -202,6 +208,8 @@ int CurrentDevice() {
 bool Reserve(int device, uint64_t bytes, bool log_refusal) {
   State& s = S();
   const int slot = s.slot.load(std::memory_order_relaxed);
+  const uint64_t limit = s.ledger->MemoryLimit(device);
+  if (bytes > 0 && limit > 0 && s.ledger->DeviceUsed(device) + bytes + kNearLimitBytes > limit) Reconcile(device);
   if (s.ledger->TryReserve(slot, device, bytes)) return true;
   // Before refusing: our overhead may have shrunk (a pool trimmed, a module unloaded). Then try
   // once more (TryReserve itself reclaims dead processes before it refuses).

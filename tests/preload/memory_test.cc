@@ -113,6 +113,33 @@ TEST_P(MemoryPoolGrowthTest, GrowthLargerThanTheRequestIsWhatCounts) {
 
 INSTANTIATE_TEST_SUITE_P(Pools, MemoryPoolGrowthTest, ::testing::Values("async", "pool"));
 
+// The driver's own memory for stream-ordered allocation (VGPU_SIM_POOL_SETUP_MEMORY; about
+// 70 MiB on an H200) appears at the first pool allocation and no call reports it. The
+// allocations that follow come faster than the periodic NVML reading, so near the limit the
+// library must read NVML before it admits: the container never holds more than its limit.
+class MemoryPoolSetupTest : public MemoryTest, public ::testing::WithParamInterface<std::string> {};
+
+TEST_P(MemoryPoolSetupTest, DriverMemoryAppearingAtTheFirstPoolAllocationStillCounts) {
+  sim_["VGPU_SIM_POOL_SETUP_MEMORY"] = "70MiB";
+  const uint64_t limit = 1 * kGiB, overhead = 256 * kMiB, setup = 70 * kMiB;
+  StartObserver();
+  const RunResult run = Run({"memory_paths", GetParam()}, VgpuEnv(Limit(limit)));
+  const Observation obs = StopObserver();
+  ASSERT_EQ(run.exit_code, 0) << Describe(run);
+  const Transcript t(run);
+  const uint64_t size = t.U64("allocation_size");
+  const uint64_t charged = t.U64("round1_charged");
+  SCOPED_TRACE("charged " + MiB(charged) + "\n" + Describe(run));
+  EXPECT_EQ(t.U64("round1_refusal_code"), kOom);
+  EXPECT_LE(obs.Peak(0), limit) << "observer peak " << MiB(obs.Peak(0));
+  EXPECT_EQ(obs.HoldUsed("round1", 0), overhead + setup + charged);
+  EXPECT_LE(charged, limit - overhead - setup);
+  EXPECT_GE(charged + size, limit - overhead - setup - size);
+  EXPECT_EQ(t.U64("round2_count"), t.U64("round1_count"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Pools, MemoryPoolSetupTest, ::testing::Values("async", "pool"));
+
 // Pools keep freed memory reserved (release threshold): it stays charged until trimmed or the
 // pool is destroyed, and reusing it charges nothing more.
 class MemoryPoolReserveTest : public MemoryTest, public ::testing::WithParamInterface<std::string> {};

@@ -110,6 +110,7 @@ Config ReadConfig() {
   ReadSize(config, "VGPU_SIM_CONTEXT_OVERHEAD", config.context_overhead, 0);
   ReadSize(config, "VGPU_SIM_MODULE_MEMORY", config.module_bytes, 0);
   ReadSize(config, "VGPU_SIM_POOL_CHUNK", config.pool_chunk, 1);
+  ReadSize(config, "VGPU_SIM_POOL_SETUP_MEMORY", config.pool_setup_bytes, 0);
   // Pool chunks are reserved from the device, so they follow the device granularity.
   config.pool_chunk = (config.pool_chunk + config.granularity - 1) / config.granularity * config.granularity;
   if (const char* text = Env("VGPU_SIM_KERNEL_NS")) {

@@ -24,6 +24,7 @@ struct Config {
   uint64_t context_overhead = 256ull << 20;
   uint64_t module_bytes = 0;       // charged per loaded module
   uint64_t pool_chunk = 32ull << 20;
+  uint64_t pool_setup_bytes = 0;   // charged at a process's first stream-ordered allocation on a device
   uint64_t kernel_ns = 5000;
   int driver_version = 13000;
   bool fail_init = false;

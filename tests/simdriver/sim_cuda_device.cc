@@ -97,6 +97,7 @@ CUresult Init(unsigned int flags) {
   Rt().primary.assign(count, nullptr);
   Rt().current_pool.assign(count, nullptr);
   Rt().default_pool.assign(count, nullptr);
+  Rt().pool_setup.assign(count, false);
   Rt().graph_mem_used.assign(count, 0);
   Rt().graph_mem_high.assign(count, 0);
   Rt().initialized = true;

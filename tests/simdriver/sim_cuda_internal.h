@@ -173,6 +173,7 @@ struct Runtime {
   std::set<void*> host_allocations;
   std::vector<Pool*> current_pool;   // per physical device
   std::vector<Pool*> default_pool;   // per physical device
+  std::vector<bool> pool_setup;      // per physical device: VGPU_SIM_POOL_SETUP_MEMORY charged
   std::map<CUmemGenericAllocationHandle, VmmHandle> vmm_handles;
   CUmemGenericAllocationHandle next_vmm_handle = 0x1000;
   std::map<CUdeviceptr, uint64_t> reservations;   // VMM address reservations

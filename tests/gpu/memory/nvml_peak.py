@@ -8,6 +8,9 @@ millisecond, and prints the peak.
         included, unless they start sessions of their own); exits with the command's status.
     nvml_peak.py [--interval-ms 1] [--gpus ...] --pids 123,456 [--seconds S]
         watches the given processes until they are all gone (or S seconds).
+    --trace FILE   also writes every change of a watched GPU's per-process figure to FILE:
+        "<CLOCK_MONOTONIC ns> gpu=<i> pid_bytes=<n> device_used=<n>", for lining samples up with
+        a program's own timestamps (time.monotonic_ns() shares the clock).
 
 Output, after the command's own output, one line per watched GPU:
     nvml_peak gpu=<physical index> uuid=<GPU-...> peak_bytes=<n> peak_mib=<x> method=<pid|device>
@@ -147,6 +150,7 @@ def main():
     ap.add_argument("--gpus", default="all", help="physical NVML indices to watch, or 'all'")
     ap.add_argument("--pids", default="", help="comma-separated pids to watch instead of running a command")
     ap.add_argument("--seconds", type=float, default=0, help="with --pids: stop after this long")
+    ap.add_argument("--trace", default="", help="write each change of the per-process figure to this file")
     ap.add_argument("command", nargs=argparse.REMAINDER)
     args = ap.parse_args()
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -160,6 +164,8 @@ def main():
     delta_peak = {g: 0 for g in gpus}
     seen_pid = {g: False for g in gpus}
     samples = 0
+    trace = open(args.trace, "w") if args.trace else None
+    last_traced = {g: None for g in gpus}
 
     child = None
     watched = set()
@@ -196,6 +202,9 @@ def main():
                     seen_pid[g] = True
                     total += pused
             pid_peak[g] = max(pid_peak[g], total)
+            if trace is not None and total != last_traced[g]:
+                trace.write(f"{time.monotonic_ns()} gpu={g} pid_bytes={total} device_used={used}\n")
+                last_traced[g] = total
 
     while True:
         now = time.monotonic()
@@ -212,6 +221,8 @@ def main():
                 break
         time.sleep(interval)
     sample()
+    if trace is not None:
+        trace.close()
     sys.stdout.flush()
     for g in gpus:
         method = "pid" if seen_pid[g] else "device"
