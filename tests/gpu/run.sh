@@ -180,6 +180,13 @@ ratio_ok "$nr" min 0 && v=INFO || v=FAIL
 row "bench in-process A/B, within 256 MiB of the limit: cuMemAlloc+cuMemFree" $v "native $(echo "$abn" | awk '$1=="ab_alloc_free_pair_native"{print $2}') ns vgpu $(echo "$abn" | awk '$1=="ab_alloc_free_pair_vgpu"{print $2}') ns ratio $nr"
 # Process-level, alternating runs with and without LD_PRELOAD (end to end, noisier).
 bench runtime empty_kernel_launch_rate:min:0.99 $PIN "$G/overhead_runtime" launch 300000
+# Control: the same alternation with an empty library preloaded instead of libvgpu.so. A ratio
+# below 1 here is what preloading any library costs, not vgpu's hooks.
+ctl=$(python3 "$ROOT/bench/compare.py" --library "$BUILD/bench/libvgpu_null_preload.so" --rounds "$ROUNDS" \
+  --label control -- $PIN "$G/overhead_runtime" launch 300000 2>>"$LOG")
+echo "$ctl" >>"$OUT/bench.md"
+row "bench runtime empty_kernel_launch_rate, an empty library preloaded (control)" INFO \
+  "$(echo "$ctl" | awk -F'|' '{print "native " $3 " empty library " $4 " ratio " $5 " (" $7 ")"}' | xargs)"
 bench runtime cudaMalloc_cudaFree_pair:max:1.03 $PIN "$G/overhead_runtime" alloc 20000 1048576
 bench driver empty_kernel_launch_rate:min:0.99 $PIN "$BUILD/bench/overhead_driver" launch 300000
 bench driver cuMemAlloc_cuMemFree_pair:max:1.03 $PIN "$BUILD/bench/overhead_driver" alloc 20000 1048576
