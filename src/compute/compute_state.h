@@ -67,7 +67,9 @@ struct alignas(64) ComputeShareState {
   // --- line 1: controller state ------------------------------------------------------------
   std::atomic<int64_t> last_update_ns;       // 64  updater: time of the last update
   std::atomic<uint64_t> busy_at_update;      // 72  updater: busy_total_ns at the last update
-  std::atomic<uint64_t> reserved1;           // 80  zero
+  std::atomic<int32_t> saturated_ewma_ppm;   // 80  updater: fraction of saturated periods, same
+                                             //     EWMA as share_ewma_ppm (the sensor's window)
+  std::atomic<int32_t> reserved1;            // 84  zero
   std::atomic<int32_t> share_ewma_ppm;       // 88  updater: measured share, EWMA (share_window)
   std::atomic<int32_t> integral_ppm;         // 92  updater: integral term of the PI correction
   std::atomic<int64_t> mode_since_ns;        // 96  updater: when `mode` (or the measurement)
@@ -111,7 +113,8 @@ static_assert(offsetof(ComputeShareState, measure_since_ns) == 48);
 static_assert(offsetof(ComputeShareState, reserved0) == 56);
 static_assert(offsetof(ComputeShareState, last_update_ns) == 64);
 static_assert(offsetof(ComputeShareState, busy_at_update) == 72);
-static_assert(offsetof(ComputeShareState, reserved1) == 80);
+static_assert(offsetof(ComputeShareState, saturated_ewma_ppm) == 80);
+static_assert(offsetof(ComputeShareState, reserved1) == 84);
 static_assert(offsetof(ComputeShareState, share_ewma_ppm) == 88);
 static_assert(offsetof(ComputeShareState, integral_ppm) == 92);
 static_assert(offsetof(ComputeShareState, mode_since_ns) == 96);

@@ -18,7 +18,8 @@
 //   utilisation; gain ki_reference), else the event-measured share averaged over
 //   share_window_ns (gain ki). Anti-windup: it acts only while the container is saturated (less
 //   than half the maximum credit banked: a workload that wants less than its share is never
-//   boosted), not within settle_ns of a mode change or a restart of the measurement, and not on
+//   boosted) and was so in at least saturated_window_ppm of the averaged window (a start-up
+//   below the share leaves low samples in the average), not within settle_ns of a mode change or a restart of the measurement, and not on
 //   an over-delivery the budget clock already owes (debt > 10 * admit_ahead_ns). With events
 //   alone the budget clock is already exact for saturating workloads; the loop removes what it
 //   leaves: budget lost to the credit bound, forgiven debt, and above all a biased sensor when a
@@ -84,6 +85,8 @@ struct ControllerOptions {
                                                 // (without a reference signal)
   int64_t settle_ns = 500'000'000;              // no feedback this long after a mode change or
                                                 // a restart of the measurement
+  int32_t saturated_window_ppm = 950'000;       // ... nor while less of the share's averaging
+                                                // window than this was saturated
   int32_t others_idle_ppm = 100'000;            // OthersBusy below 10%: the GPU is otherwise idle
   int64_t soft_hold_ns = 300'000'000;           // ... for this long before bursting
   int64_t signal_period_ns = 100'000'000;       // LoadSignals polled at most this often
