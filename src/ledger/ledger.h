@@ -266,6 +266,11 @@ class Ledger {
 // pid's start time from /proc/<pid>/stat (field 22); 0 when the process does not exist.
 uint64_t ProcessStartTime(int32_t pid);
 
+// Parses the text of a /proc/<pid>/stat file: the state (field 3: R, S, D, Z, X, ...) and the
+// start time (field 22, clock ticks since boot). comm (field 2) may hold spaces and ')', so the
+// fields are counted after the LAST ')'. false when the text is malformed.
+bool ParseProcStat(const char* text, char* state, uint64_t* start_time);
+
 // Whether the process is alive and is the one that had `start_time` (0 = do not compare).
 // kill(pid, 0): ESRCH = dead, EPERM = alive; then /proc/<pid>/stat: another start time, or a
 // zombie, = dead. When /proc cannot be read, kill's answer stands. pid <= 0 is never alive.

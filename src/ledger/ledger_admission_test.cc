@@ -243,6 +243,28 @@ TEST_F(LedgerAdmissionTest, BindDeviceReportsAFullTable) {
   EXPECT_NE(error.find("all 16 device records are in use"), std::string::npos) << error;
 }
 
+TEST(ProcStatTest, ParsesStateAndStartTimeAfterTheLastParenthesis) {
+  // 22 fields; comm holds a space and ") S 1", which a split at the first ')' would take for
+  // the state and the next fields.
+  const char* text = "4242 (evil) S 1 (x) Z 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 123456789 99 100\n";
+  char state = '?';
+  uint64_t start = 0;
+  ASSERT_TRUE(ParseProcStat(text, &state, &start));
+  EXPECT_EQ(state, 'Z');
+  EXPECT_EQ(start, 123456789u);
+  // Our own stat file agrees with ProcessStartTime.
+  EXPECT_GT(ProcessStartTime(getpid()), 0u);
+  // Malformed: no ')', nothing after it, too few fields, a non-number; outputs untouched.
+  for (const char* bad : {"4242 comm S 1 2", "4242 (comm)", "4242 (comm) S 1 2 3", "4242 (comm) S 1 2 3 4 5 6 7 8 9 "
+                          "10 11 12 13 14 15 16 17 18 x 20"}) {
+    state = '?';
+    start = 7;
+    EXPECT_FALSE(ParseProcStat(bad, &state, &start)) << bad;
+    EXPECT_EQ(state, '?') << bad;
+    EXPECT_EQ(start, 7u) << bad;
+  }
+}
+
 TEST_F(LedgerAdmissionTest, RegistrationIsPerProcessIdentity) {
   Open(testing::Uniform(kMiB));
   const uint64_t start = ProcessStartTime(getpid());

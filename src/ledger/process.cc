@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -38,11 +39,16 @@ bool ReadProcStat(int32_t pid, ProcStat* out) {
   char buf[1024];
   size_t length = 0;
   if (!ReadStatFile(pid, buf, sizeof(buf), &length)) return false;
-  // "pid (comm) S ppid ...": comm may hold spaces and ')', so parse after the LAST ')'.
-  const char* close_paren = strrchr(buf, ')');
-  if (close_paren == nullptr || close_paren[1] != ' ') return false;
+  return ParseProcStat(buf, &out->state, &out->start_time);
+}
+
+}  // namespace internal
+
+bool ParseProcStat(const char* text, char* state, uint64_t* start_time) {
+  const char* close_paren = strrchr(text, ')');
+  if (close_paren == nullptr || close_paren[1] != ' ' || close_paren[2] == '\0') return false;
   const char* p = close_paren + 2;
-  out->state = *p;
+  const char parsed_state = *p;
   // Field 3 is the state; field 22 (starttime) is 19 separators further on.
   for (int field = 3; field < 22; ++field) {
     p = strchr(p, ' ');
@@ -53,11 +59,10 @@ bool ReadProcStat(int32_t pid, ProcStat* out) {
   errno = 0;
   const unsigned long long start = strtoull(p, &end, 10);
   if (end == p || errno != 0) return false;
-  out->start_time = start;
+  *state = parsed_state;
+  *start_time = start;
   return true;
 }
-
-}  // namespace internal
 
 uint64_t ProcessStartTime(int32_t pid) {
   internal::ProcStat stat;

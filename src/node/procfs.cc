@@ -10,6 +10,8 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "ledger/ledger.h"
+
 namespace vgpu::node {
 namespace {
 
@@ -20,25 +22,6 @@ bool IsDirectory(const std::string& path) {
 
 std::string PidPath(const std::string& root, int32_t pid, const char* leaf) {
   return root + "/" + std::to_string(pid) + "/" + leaf;
-}
-
-// Field 3 (state) and field 22 (start time) of a stat line.
-bool ParseStat(const std::string& text, char* state, uint64_t* start_time) {
-  const size_t close = text.rfind(')');
-  if (close == std::string::npos || close + 2 >= text.size()) return false;
-  const char* p = text.c_str() + close + 2;
-  *state = *p;
-  for (int field = 3; field < 22; ++field) {
-    p = strchr(p, ' ');
-    if (p == nullptr) return false;
-    ++p;
-  }
-  char* end = nullptr;
-  errno = 0;
-  const unsigned long long v = strtoull(p, &end, 10);
-  if (end == p || errno != 0) return false;
-  *start_time = v;
-  return true;
 }
 
 std::string Underscored(std::string_view uid) {
@@ -152,7 +135,7 @@ ProcessFacts ProcFs::Facts(int32_t host_pid, bool full) const {
   if (host_pid <= 0) return facts;
   const std::optional<std::string> stat = ReadSmallFile(PidPath(proc_root_, host_pid, "stat"), 4096);
   char state = 0;
-  if (!stat || !ParseStat(*stat, &state, &facts.start_time)) return facts;
+  if (!stat || !ledger::ParseProcStat(stat->c_str(), &state, &facts.start_time)) return facts;
   const std::optional<std::string> cgroup = ReadSmallFile(PidPath(proc_root_, host_pid, "cgroup"));
   if (!cgroup) return facts;
   facts.exists = state != 'Z' && state != 'X';
@@ -179,7 +162,7 @@ uint64_t ProcFs::StartTime(int32_t host_pid) const {
   const std::optional<std::string> stat = ReadSmallFile(PidPath(proc_root_, host_pid, "stat"), 4096);
   char state = 0;
   uint64_t start = 0;
-  if (!stat || !ParseStat(*stat, &state, &start)) return 0;
+  if (!stat || !ledger::ParseProcStat(stat->c_str(), &state, &start)) return 0;
   return start;
 }
 
@@ -188,7 +171,7 @@ bool ProcFs::Alive(int32_t host_pid, uint64_t start_time) const {
   const std::optional<std::string> stat = ReadSmallFile(PidPath(proc_root_, host_pid, "stat"), 4096);
   char state = 0;
   uint64_t start = 0;
-  if (!stat || !ParseStat(*stat, &state, &start)) return false;
+  if (!stat || !ledger::ParseProcStat(stat->c_str(), &state, &start)) return false;
   if (state == 'Z' || state == 'X') return false;
   return start_time == 0 || start == start_time;
 }
