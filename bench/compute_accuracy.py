@@ -22,7 +22,8 @@ between two native runs (drift cancels: its reference is their mean). Throughput
 between two CUDA events after a warm-up. Achieved share = 100 x throughput / native throughput;
 PASS when within +-3 points of the target. Native runs also measure the device time per unit
 behind a blocker kernel and report the GPU-busy fraction (rate x device time): a workload below
-95% is flagged, its ratio overstates the share. NVML GPU-Util (nvidia-smi's utilization.gpu),
+95% is flagged, its ratio overstates the share ("power-capped" instead of "not saturating" when
+GPU-Util is >= 98 all the same: the unit was timed at a higher clock than the loop ran at). NVML GPU-Util (nvidia-smi's utilization.gpu),
 sampled every 100 ms by this process (NVML via ctypes, no preload; nvidia-smi -lms 100 if NVML
 cannot be loaded), is averaged over each measurement window as a second opinion.
 
