@@ -19,11 +19,12 @@
 //   share_window_ns (gain ki). Anti-windup: it acts only while the container is saturated (less
 //   than half the maximum credit banked: a workload that wants less than its share is never
 //   boosted) and was so in at least saturated_window_ppm of the averaged window (a start-up
-//   below the share leaves low samples in the average), not within settle_ns of a mode change or a restart of the measurement, and not on
-//   an over-delivery the budget clock already owes (debt > 10 * admit_ahead_ns). With events
-//   alone the budget clock is already exact for saturating workloads; the loop removes what it
-//   leaves: budget lost to the credit bound, forgiven debt, and above all a biased sensor when a
-//   reference is available (time-slicing with other contexts, see docs/compute.md).
+//   below the share leaves low samples in the average), not within settle_ns of a mode change
+//   or a restart of the measurement, and not on an over-delivery the budget clock already owes
+//   (debt > 10 * admit_ahead_ns). With events alone the budget clock is already exact for
+//   saturating workloads; the loop removes what it leaves: budget lost to the credit bound,
+//   forgiven debt, and above all a biased sensor when a reference is available (time-slicing
+//   with other contexts, see docs/compute.md).
 //   Modes. Hard: target = hard limit. Soft: target = soft limit, entered once OthersBusy() has
 //   stayed below others_idle_ppm for soft_hold_ns, left as soon as it rises. Yield: a container of
 //   a higher priority bucket beat its heartbeat within heartbeat_expiry_ns; target = yield_ppm,
