@@ -89,10 +89,12 @@ Batch WithoutSpillMoves(const CUdeviceptr* dptrs, const size_t* sizes, size_t co
   return kept;
 }
 
-// The batch entries share one signature; `real` is the driver's entry of the caller's ABI.
+// The batch entries share one signature; `id` names the caller's entry, whose driver ABI is called.
 template <typename Pfn>
-CUresult PrefetchBatch(Pfn real, CUdeviceptr* dptrs, size_t* sizes, size_t count, CUmemLocation* locations,
+CUresult PrefetchBatch(HookId id, CUdeviceptr* dptrs, size_t* sizes, size_t count, CUmemLocation* locations,
                        size_t* first_op, size_t num_locations, unsigned long long flags, CUstream stream) {
+  auto real = RealCudaAs<Pfn>(id);
+  if (real == nullptr) return MissingCudaEntry(id);
   if (!memory::Enabled() || !WellFormed(dptrs, sizes, count, locations, first_op, num_locations)) {
     return real(dptrs, sizes, count, locations, first_op, num_locations, flags, stream);
   }
@@ -153,30 +155,26 @@ CUresult hook_cuMemAdvise_v2(CUdeviceptr devPtr, size_t count, CUmem_advise advi
 
 CUresult hook_cuMemPrefetchBatchAsync(CUdeviceptr* dptrs, size_t* sizes, size_t count, CUmemLocation* prefetchLocs,
     size_t* prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags, CUstream hStream) {
-  auto real = RealCudaAs<Pfn_cuMemPrefetchBatchAsync>(kHook_cuMemPrefetchBatchAsync);
-  if (real == nullptr) return MissingCudaEntry(kHook_cuMemPrefetchBatchAsync);
-  return PrefetchBatch(real, dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, hStream);
+  return PrefetchBatch<Pfn_cuMemPrefetchBatchAsync>(kHook_cuMemPrefetchBatchAsync,
+      dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, hStream);
 }
 
 CUresult hook_cuMemPrefetchBatchAsync_ptsz(CUdeviceptr* dptrs, size_t* sizes, size_t count, CUmemLocation* prefetchLocs,
     size_t* prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags, CUstream hStream) {
-  auto real = RealCudaAs<Pfn_cuMemPrefetchBatchAsync_ptsz>(kHook_cuMemPrefetchBatchAsync_ptsz);
-  if (real == nullptr) return MissingCudaEntry(kHook_cuMemPrefetchBatchAsync_ptsz);
-  return PrefetchBatch(real, dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, hStream);
+  return PrefetchBatch<Pfn_cuMemPrefetchBatchAsync_ptsz>(kHook_cuMemPrefetchBatchAsync_ptsz,
+      dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, hStream);
 }
 
 CUresult hook_cuMemDiscardAndPrefetchBatchAsync(CUdeviceptr* dptrs, size_t* sizes, size_t count, CUmemLocation* prefetchLocs,
     size_t* prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags, CUstream hStream) {
-  auto real = RealCudaAs<Pfn_cuMemDiscardAndPrefetchBatchAsync>(kHook_cuMemDiscardAndPrefetchBatchAsync);
-  if (real == nullptr) return MissingCudaEntry(kHook_cuMemDiscardAndPrefetchBatchAsync);
-  return PrefetchBatch(real, dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, hStream);
+  return PrefetchBatch<Pfn_cuMemDiscardAndPrefetchBatchAsync>(kHook_cuMemDiscardAndPrefetchBatchAsync,
+      dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, hStream);
 }
 
 CUresult hook_cuMemDiscardAndPrefetchBatchAsync_ptsz(CUdeviceptr* dptrs, size_t* sizes, size_t count, CUmemLocation* prefetchLocs,
     size_t* prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags, CUstream hStream) {
-  auto real = RealCudaAs<Pfn_cuMemDiscardAndPrefetchBatchAsync_ptsz>(kHook_cuMemDiscardAndPrefetchBatchAsync_ptsz);
-  if (real == nullptr) return MissingCudaEntry(kHook_cuMemDiscardAndPrefetchBatchAsync_ptsz);
-  return PrefetchBatch(real, dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, hStream);
+  return PrefetchBatch<Pfn_cuMemDiscardAndPrefetchBatchAsync_ptsz>(kHook_cuMemDiscardAndPrefetchBatchAsync_ptsz,
+      dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, hStream);
 }
 
 }  // namespace vgpu::hooks
