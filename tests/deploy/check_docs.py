@@ -16,19 +16,7 @@ import shutil
 import subprocess
 import sys
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-BUILD = os.environ.get("VGPU_BUILD_DIR", os.path.join(ROOT, "build"))
-failures = []
-
-
-def fail(message):
-    failures.append(message)
-    print("FAIL: " + message)
-
-
-def read(path):
-    with open(os.path.join(ROOT, path)) as f:
-        return f.read()
+from deploy_checks import BUILD, fail, finish, read
 
 
 def documented(doc, names, what):
@@ -129,11 +117,7 @@ def main():
     check_options()
     check_dockerfile()
     check_runtime_libraries()
-    if failures:
-        print("\n%d failure(s)" % len(failures))
-        return 1
-    print("all documentation and image checks passed")
-    return 0
+    return finish("all documentation and image checks passed")
 
 
 if __name__ == "__main__":

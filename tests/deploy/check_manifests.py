@@ -26,24 +26,12 @@ import sys
 
 import yaml
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+from deploy_checks import BUILD, ROOT, fail, finish, read
+
 KUSTOMIZE = os.path.join(ROOT, "deploy", "kustomize")
-BUILD = os.environ.get("VGPU_BUILD_DIR", os.path.join(ROOT, "build"))
 MODES = ["hami", "volcano", "standalone"]
 API_MODES = {"hami", "volcano"}
 CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding"}
-
-failures = []
-
-
-def fail(message):
-    failures.append(message)
-    print("FAIL: " + message)
-
-
-def read(path):
-    with open(os.path.join(ROOT, path)) as f:
-        return f.read()
 
 
 def render(directory):
@@ -441,11 +429,7 @@ def main():
             if labels.get(k) != v:
                 fail("ServiceMonitor selects %s=%s; the metrics Service has %r" % (k, v, labels.get(k)))
     check_quickstart(renders)
-    if failures:
-        print("\n%d failure(s)" % len(failures))
-        return 1
-    print("all manifest checks passed")
-    return 0
+    return finish("all manifest checks passed")
 
 
 if __name__ == "__main__":
