@@ -23,25 +23,21 @@ timeline() {  # $1 = probe output, $2 = trace
     { split($3, a, "="); split($4, b, "="); printf "%9.2f ms    nvml pid=%.1f MiB device_used=%.1f MiB\n", ms, a[2] / 1048576, b[2] / 1048576 }'
 }
 
-probe() {  # name, then env assignments
-  local name=$1
-  shift
+probe() {  # name, cap in MiB, then env assignments
+  local name=$1 cap=$2
+  shift 2
   timeout -k 10 120 python3 "$HERE/nvml_peak.py" --gpus 0 --interval-ms 0.2 --trace "$OUT_DIR/$name.trace" -- \
-    env "$@" python3 "$HERE/async_probe.py" >"$OUT_DIR/$name.log" 2>&1
-  echo "=== $name (exit $?): $(grep '^nvml_peak' "$OUT_DIR/$name.log" | sed 's/.*peak_mib=\([^ ]*\).*/NVML peak \1 MiB/')"
+    env "$@" python3 "$HERE/async_probe.py" --cap-mib "$cap" >"$OUT_DIR/$name.log" 2>&1
+  echo "=== $name, capped at $cap MiB (exit $?): $(grep '^nvml_peak' "$OUT_DIR/$name.log" | sed 's/.*peak_mib=\([^ ]*\).*/NVML peak \1 MiB/')"
   timeline "$OUT_DIR/$name.log" "$OUT_DIR/$name.trace"
   grep -E 'vgpu' "$OUT_DIR/$name.log" | grep -v '^[0-9]' | head -40
 }
 
-timeout -k 10 120 python3 "$HERE/nvml_peak.py" --gpus 0 --interval-ms 0.2 --trace "$OUT_DIR/native.trace" -- \
-  env PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync python3 "$HERE/async_probe.py" --cap-mib 512 \
-  >"$OUT_DIR/native.log" 2>&1
-echo "=== native, capped at 512 MiB: $(grep '^nvml_peak' "$OUT_DIR/native.log" | sed 's/.*peak_mib=\([^ ]*\).*/NVML peak \1 MiB/')"
-timeline "$OUT_DIR/native.log" "$OUT_DIR/native.trace"
+probe native 512 PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync
 
 for i in $(seq 1 "$RUNS"); do
   ledger=$(mktemp -d)
-  probe "vgpu$i" LD_PRELOAD="$LIB" CUDA_DEVICE_MEMORY_LIMIT=1g CUDA_DEVICE_MEMORY_SHARED_CACHE="$ledger/ledger" \
+  probe "vgpu$i" 4096 LD_PRELOAD="$LIB" CUDA_DEVICE_MEMORY_LIMIT=1g CUDA_DEVICE_MEMORY_SHARED_CACHE="$ledger/ledger" \
     LIBCUDA_LOG_LEVEL=4 PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync
   rm -rf "$ledger"
 done
