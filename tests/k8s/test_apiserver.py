@@ -42,7 +42,7 @@ class Store:
         self.lock = threading.Condition()
         self.objects = {}
         self.version = 1000
-        self.changes = []  # (version, path)
+        self.changes = []  # (version, path, the object as that version left it)
         self.failures = []
         self.requests = []
 
@@ -50,7 +50,7 @@ class Store:
         self.version += 1
         obj.setdefault("metadata", {})["resourceVersion"] = str(self.version)
         self.objects[path] = obj
-        self.changes.append((self.version, path))
+        self.changes.append((self.version, path, copy.deepcopy(obj)))
         self.lock.notify_all()
 
     def injected(self, method, path):
@@ -198,15 +198,15 @@ class Handler(BaseHTTPRequestHandler):
             while time.monotonic() < deadline and not self.server.stopping:
                 events = []
                 with store.lock:
-                    for version, changed in store.changes:
+                    for version, changed, obj in store.changes:
                         if version <= seen or not changed.startswith("/api/v1/nodes/"):
                             continue
                         if name is not None and changed != "/api/v1/nodes/" + name:
                             continue
                         seen = version
-                        obj = store.objects.get(changed)
-                        if obj is not None:
-                            events.append({"type": "MODIFIED", "object": copy.deepcopy(obj)})
+                        # Each event carries the object as its own change left it (as the real API server
+                        # does), not the newest state: two quick patches give step 1, then step 2.
+                        events.append({"type": "MODIFIED", "object": copy.deepcopy(obj)})
                     if not events:
                         store.lock.wait(0.2)
                 for event in events:
