@@ -497,6 +497,9 @@ std::optional<Source<CorePolicy>> ReadScalars(DialectReader& reader, Config* con
   if (auto path = reader.ReadOne("VGPU_BOARD", ParseLedgerPath)) {
     config->board_path = std::move(path->value);
   }
+  if (auto turns = reader.ReadOne("VGPU_COMPUTE_TURNS", ParseBoolValue)) {
+    config->compute_turns = turns->value;
+  }
   if (auto uuids = reader.ReadOne("GPU_DEVICES_UUID", ParseUuidList)) {
     config->device_uuids = std::move(uuids->value);
   }
@@ -710,6 +713,7 @@ std::string Config::Describe() const {
   }
   if (!shared_cache_path.empty()) AppendLine(&out, "ledger", shared_cache_path);
   if (!board_path.empty()) AppendLine(&out, "board", board_path);
+  if (!compute_turns) AppendLine(&out, "compute turns", "off");
   for (size_t i = 0; i < device_uuids.size(); ++i) {
     AppendLine(&out, "device " + std::to_string(i) + " uuid", device_uuids[i]);
   }

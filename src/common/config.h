@@ -14,6 +14,7 @@
 //   host spill limit      CUDA_OVERSUBSCRIBE_HOST_LIMIT (size; needs oversubscription)
 //   ledger path           CUDA_DEVICE_MEMORY_SHARED_CACHE
 //   node-wide board path  VGPU_BOARD (priorities; docs/compute.md)
+//   compute turns         VGPU_COMPUTE_TURNS (boolean, default true; docs/compute.md, "Turns")
 //   device UUIDs          -                                             GPU_DEVICES_UUID (comma-separated)
 //   log level             LIBCUDA_LOG_LEVEL (0..5)                      LOGGER_LEVEL (0..5, vcuda scale)
 //   pass-through          CUDA_DISABLE_CONTROL
@@ -101,6 +102,7 @@ struct Config {
   uint64_t oversubscribe_host_limit = 0;  // CUDA_OVERSUBSCRIBE_HOST_LIMIT
   std::string shared_cache_path;          // absolute; empty = default chosen by the ledger
   std::string board_path;                 // VGPU_BOARD, absolute; empty = ledger::kDefaultBoardPath
+  bool compute_turns = true;              // VGPU_COMPUTE_TURNS: limited processes take turns on a GPU
   std::vector<std::string> device_uuids;  // GPU_DEVICES_UUID, in CUDA ordinal order, validated
   LogLevel log_level = LogLevel::kError;  // default: errors only
 

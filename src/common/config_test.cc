@@ -166,6 +166,8 @@ std::vector<ValidCase> ValidCases() {
       {"priority 0", {{"CUDA_TASK_PRIORITY", "0"}}, [](const Config& c) { EXPECT_EQ(c.task_priority, 0); }},
       {"priority max", {{"CUDA_TASK_PRIORITY", "100"}}, [](const Config& c) { EXPECT_EQ(c.task_priority, 100); }},
       {"CUDA_OVERSUBSCRIBE", {{"CUDA_OVERSUBSCRIBE", "true"}}, [](const Config& c) { EXPECT_TRUE(c.oversubscribe); }},
+      {"turns by default", {}, [](const Config& c) { EXPECT_TRUE(c.compute_turns); }},
+      {"VGPU_COMPUTE_TURNS off", {{"VGPU_COMPUTE_TURNS", "false"}}, [](const Config& c) { EXPECT_FALSE(c.compute_turns); }},
       {"CUDA_MEMORY_OVERSUBSCRIBE", {{"CUDA_MEMORY_OVERSUBSCRIBE", "1"}}, [](const Config& c) { EXPECT_TRUE(c.oversubscribe); }},
       {"oversubscription spills as much as the memory limit by default",
        {{"CUDA_OVERSUBSCRIBE", "true"}, {"CUDA_DEVICE_MEMORY_LIMIT", "1g"}, {"CUDA_DEVICE_MEMORY_LIMIT_1", "2g"}},
@@ -311,6 +313,7 @@ std::vector<BadCase> BadCases() {
       {{{"CUDA_CORE_SOFT_LIMIT", "abc"}}, "CUDA_CORE_SOFT_LIMIT", "no soft limit"},
       {{{"CUDA_CORE_SOFT_LIMIT_2", "101"}}, "CUDA_CORE_SOFT_LIMIT_2", "above 100"},
       {{{"CUDA_OVERSUBSCRIBE", "maybe"}}, "CUDA_OVERSUBSCRIBE", "true or false"},
+      {{{"VGPU_COMPUTE_TURNS", "sometimes"}}, "VGPU_COMPUTE_TURNS", "true or false"},
       {{{"CUDA_MEMORY_OVERSUBSCRIBE", "2"}}, "CUDA_MEMORY_OVERSUBSCRIBE", "true or false"},
       {{{"CUDA_OVERSUBSCRIBE_HOST_LIMIT", "4GiB"}}, "CUDA_OVERSUBSCRIBE_HOST_LIMIT", "needs memory oversubscription"},
       {{{"CUDA_DISABLE_CONTROL", "yes please"}}, "CUDA_DISABLE_CONTROL", "true or false"},
@@ -591,6 +594,13 @@ TEST(DescribeTest, FullConfiguration) {
   ExpectContainsLine(text, "log level: info");
   EXPECT_EQ(text.find("memory limit on device 0"), std::string::npos);
   EXPECT_EQ(text.back(), '\n');
+}
+
+TEST(DescribeTest, TurnsOffIsListed) {
+  const ConfigResult result = Parse({{"VGPU_COMPUTE_TURNS", "0"}});
+  ASSERT_TRUE(result.ok()) << Messages(result.errors);
+  ExpectContainsLine(result.config.Describe(), "compute turns: off");
+  EXPECT_EQ(Parse({}).config.Describe().find("compute turns"), std::string::npos);
 }
 
 TEST(DescribeTest, HostSpillLimit) {

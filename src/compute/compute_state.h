@@ -9,6 +9,8 @@
 //   PriorityBoard      one per physical GPU, node-wide (every container on the node that uses the
 //                      GPU maps it). Holds one activity heartbeat per priority bucket, so a
 //                      low-priority container can see that a higher-priority one is active.
+//   GpuTurn            one per physical GPU, node-wide, beside the PriorityBoard: which limited
+//                      process's burst the GPU is running, and until when (estimated).
 //
 // Rules (same as the ledger's):
 //   - All-zero bytes are a valid initial state (a freshly created, zero-filled file needs no
@@ -92,6 +94,23 @@ struct alignas(64) PriorityBoard {
   std::atomic<int64_t> heartbeat_ns[kPriorityBuckets];  // 0
 };
 
+// One per physical GPU, node-wide, beside its PriorityBoard: the GPU "turn" of limited processes.
+// Contexts (processes) time-slice: while two of them both have work queued, each one's timing
+// events also cover the other's slices, and switching costs GPU time (two unlimited contexts of
+// 50 us kernels together did 93% of one context's work on an H200). A limited process whose
+// budget admits a launch therefore waits while another process's estimated work is still in
+// flight (until_ns), then claims the turn for its own burst; limited processes, of one container
+// or of several, end up taking turns instead of overlapping (docs/compute.md, "Turns").
+// Scheduling hints only: a stale or forged value costs at most one bounded wait
+// (ControllerOptions::max_turn_wait_ns).
+struct alignas(16) GpuTurn {
+  // Random token of the process (its Controller) that claimed last (0 = nobody yet).
+  std::atomic<uint64_t> holder;  // 0  any (store)
+  // CLOCK_MONOTONIC estimate of when all work claimed so far is done (max(until, now) + the
+  // estimate of each launch, at submission).
+  std::atomic<int64_t> until_ns;  // 8  any (store)
+};
+
 inline int PriorityBucket(int task_priority) {
   if (task_priority < 0) return 0;
   return task_priority < kPriorityBuckets ? task_priority : kPriorityBuckets - 1;
@@ -123,5 +142,7 @@ static_assert(offsetof(ComputeShareState, signals_read_ns) == 112);
 static_assert(offsetof(ComputeShareState, others_busy_ppm) == 120);
 static_assert(offsetof(ComputeShareState, reference_ppm) == 124);
 static_assert(sizeof(PriorityBoard) == 64 && offsetof(PriorityBoard, heartbeat_ns) == 0);
+static_assert(std::is_standard_layout_v<GpuTurn> && sizeof(GpuTurn) == 16);
+static_assert(offsetof(GpuTurn, holder) == 0 && offsetof(GpuTurn, until_ns) == 8);
 
 }  // namespace vgpu::compute

@@ -46,8 +46,8 @@ struct Controller::Sample {
 };
 
 Controller::Controller(ComputeShareState* state, PriorityBoard* board, LoadSignals* signals,
-                       const ControllerOptions& options, const ComputeLimits& limits)
-    : state_(state), board_(board), signals_(signals), options_(options) {
+                       const ControllerOptions& options, const ComputeLimits& limits, GpuTurn* turn)
+    : state_(state), board_(board), signals_(signals), options_(options), turn_(turn) {
   SetLimits(limits);
 }
 
@@ -70,8 +70,82 @@ int64_t Controller::AdmitDelayNs(int64_t now) {
   MaybeUpdate(now);
   if (CurrentRatePpm() >= kFullShare) return 0;
   int64_t debt = state_->vclock_ns.load(kRelaxed) - now;
-  if (debt <= options_.admit_ahead_ns) return 0;
-  return std::min(debt, options_.max_sleep_ns);
+  const int64_t other_turn = other_turn_ns_.load(kRelaxed);
+  const bool sharing = other_turn != 0 && now - other_turn < options_.turn_recent_ns;
+  if (debt > (sharing ? options_.turn_admit_ahead_ns : options_.admit_ahead_ns)) {
+    return std::min(debt, options_.max_sleep_ns);
+  }
+  return TurnDelayNs(now);
+}
+
+// --- Turns ---------------------------------------------------------------------------------
+
+bool Controller::TakesTurns() const {
+  return turn_ != nullptr && options_.take_turns && CurrentRatePpm() < kFullShare;
+}
+
+// The process's name in the turn, drawn at its first claim: per process, not per container,
+// because processes of one container are separate contexts that time-slice just the same.
+uint64_t Controller::TurnToken(int64_t now) {
+  uint64_t token = token_.load(kRelaxed);
+  if (token != 0) return token;
+  // splitmix64 of the time, this object's address and a counter. A collision (two processes
+  // with the same token) only means those two do not wait for each other.
+  static std::atomic<uint64_t> drawn{0};
+  uint64_t z = static_cast<uint64_t>(now) ^ (reinterpret_cast<uintptr_t>(this) << 20) ^
+               (drawn.fetch_add(1, kRelaxed) << 48);
+  z += 0x9e3779b97f4a7c15ULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  z ^= z >> 31;
+  token = z != 0 ? z : 1;
+  uint64_t expected = 0;
+  if (!token_.compare_exchange_strong(expected, token, kRelaxed, kRelaxed)) token = expected;
+  return token;
+}
+
+// Wait while another process's claimed work is still in flight; never longer than
+// max_turn_wait_ns in a row (a holder that died, a forged value or a neighbour that never pauses
+// cannot stall us beyond that).
+int64_t Controller::TurnDelayNs(int64_t now) {
+  if (!TakesTurns()) return 0;
+  const uint64_t holder = turn_->holder.load(kRelaxed);
+  const int64_t until = turn_->until_ns.load(kRelaxed);
+  if (holder == 0 || holder == TurnToken(now)) {
+    turn_wait_since_.store(0, kRelaxed);
+    return 0;
+  }
+  if (until > now - options_.turn_recent_ns) other_turn_ns_.store(now, kRelaxed);
+  if (until <= now) {
+    turn_wait_since_.store(0, kRelaxed);
+    return 0;
+  }
+  int64_t since = turn_wait_since_.load(kRelaxed);
+  if (since == 0) {
+    turn_wait_since_.store(now, kRelaxed);
+    since = now;
+  }
+  const int64_t left = options_.max_turn_wait_ns - (now - since);
+  if (left <= 0) return 0;  // waited long enough: go (the wait restarts at the next burst)
+  return std::min(until - now, left);
+}
+
+void Controller::ClaimTurn(int64_t busy_ns, int64_t now) {
+  if (busy_ns <= 0 || !TakesTurns()) return;
+  const uint64_t token = TurnToken(now);
+  if (turn_->holder.load(kRelaxed) != token) turn_->holder.store(token, kRelaxed);
+  // Work of every process queues up on the GPU: this launch ends after everything claimed so
+  // far. (Two claims racing may lose one estimate: a hint, not an account.)
+  const int64_t until = turn_->until_ns.load(kRelaxed);
+  turn_->until_ns.store(std::max(until, now) + busy_ns, kRelaxed);
+  turn_wait_since_.store(0, kRelaxed);
+}
+
+void Controller::ReleaseTurn(int64_t now) {
+  const uint64_t token = token_.load(kRelaxed);
+  if (turn_ == nullptr || token == 0 || turn_->holder.load(kRelaxed) != token) return;
+  int64_t until = turn_->until_ns.load(kRelaxed);
+  if (until > now) turn_->until_ns.compare_exchange_strong(until, now, kRelaxed, kRelaxed);
 }
 
 void Controller::Charge(int64_t busy_ns, int64_t now) {

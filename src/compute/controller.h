@@ -25,6 +25,12 @@
 //   saturating workloads; the loop removes what it leaves: budget lost to the credit bound,
 //   forgiven debt, and above all a biased sensor when a reference is available (time-slicing
 //   with other contexts, see docs/compute.md).
+//   Turns. Limited processes on one GPU (each one a context) take turns instead of overlapping:
+//   time-slicing between contexts costs GPU time and makes each one's events count the other's
+//   slices. An admitted launch still waits while another process's claimed work is estimated to
+//   be in flight (GpuTurn::until_ns, at most max_turn_wait_ns per burst), and every launch
+//   extends the claim by its estimate. While another process took a turn recently, bursts are
+//   longer (turn_admit_ahead_ns): fewer hand-overs, each of which leaves the GPU idle ~0.1 ms.
 //   Modes. Hard: target = hard limit. Soft: target = soft limit, entered once OthersBusy() has
 //   stayed below others_idle_ppm for soft_hold_ns, left as soon as it rises. Yield: a container of
 //   a higher priority bucket beat its heartbeat within heartbeat_expiry_ns; target = yield_ppm,
@@ -94,6 +100,11 @@ struct ControllerOptions {
   int64_t heartbeat_period_ns = 10'000'000;     // PriorityBoard written at most this often
   int64_t heartbeat_expiry_ns = 200'000'000;    // a heartbeat older than this is inactive
   int32_t yield_ppm = 20'000;                   // share while yielding (2%)
+  bool take_turns = true;                       // wait for other processes' bursts (GpuTurn)
+  int64_t turn_admit_ahead_ns = 8'000'000;      // admit_ahead_ns while another process took a
+                                                // turn within turn_recent_ns
+  int64_t turn_recent_ns = 200'000'000;
+  int64_t max_turn_wait_ns = 20'000'000;        // a burst waits at most this long for others
 };
 
 // What the controller currently does, for tests, logs and `vgpu top`.
@@ -110,10 +121,10 @@ struct ControllerSnapshot {
 
 class Controller {
  public:
-  // `state` (required), `board` and `signals` (optional, may be null) must outlive the
+  // `state` (required), `board`, `signals` and `turn` (optional, may be null) must outlive the
   // controller. Several Controllers (one per process) may share `state`.
   Controller(ComputeShareState* state, PriorityBoard* board, LoadSignals* signals,
-             const ControllerOptions& options, const ComputeLimits& limits);
+             const ControllerOptions& options, const ComputeLimits& limits, GpuTurn* turn = nullptr);
 
   // New limits from the ledger (the authority rewrote them). Takes effect at the next update.
   void SetLimits(const ComputeLimits& limits);
@@ -124,6 +135,10 @@ class Controller {
 
   // Charges busy time (negative: a refund) at the current rate.
   void Charge(int64_t busy_ns, int64_t now);
+  // A launch estimated at busy_ns was submitted: extends this process's turn on the GPU by it.
+  void ClaimTurn(int64_t busy_ns, int64_t now);
+  // The process has no work in flight: ends its turn early if it is still the holder.
+  void ReleaseTurn(int64_t now);
   // Measured busy time (the sensor the feedback loop reads).
   void AddMeasured(int64_t busy_ns);
   // Time a thread was told to wait.
@@ -152,6 +167,9 @@ class Controller {
   int64_t CreditNs(int32_t rate) const;
   void CutCredit(int64_t now);
   void RescaleDebt(int32_t old_ppm, int32_t new_ppm, int64_t now);
+  bool TakesTurns() const;
+  uint64_t TurnToken(int64_t now);
+  int64_t TurnDelayNs(int64_t now);
 
   ComputeShareState* const state_;
   PriorityBoard* const board_;
@@ -161,6 +179,10 @@ class Controller {
   std::atomic<int32_t> soft_ppm_;
   std::atomic<int> bucket_;
   std::atomic<int64_t> last_beat_ns_{0};  // process-local: throttles board writes
+  GpuTurn* const turn_;
+  std::atomic<uint64_t> token_{0};         // this process's name in the turn (0 = not drawn yet)
+  std::atomic<int64_t> other_turn_ns_{0};  // last time another process held the turn
+  std::atomic<int64_t> turn_wait_since_{0};  // process-local: start of the current wait, 0 = none
 };
 
 }  // namespace vgpu::compute

@@ -325,5 +325,98 @@ TEST(ControllerTest, WithoutReferenceTheRateStaysWithinTheHeadroomBound) {
   }
 }
 
+// --- Turns ---------------------------------------------------------------------------------
+
+// Two limited processes (separate containers) on one GPU, sharing its GpuTurn.
+struct TurnPair {
+  ComputeShareState state_a{};
+  ComputeShareState state_b{};
+  GpuTurn turn{};
+  Controller a;
+  Controller b;
+  explicit TurnPair(const ControllerOptions& options = ControllerOptions(), int limit_b = 60)
+      : a(&state_a, nullptr, nullptr, options, Limits(30), &turn),
+        b(&state_b, nullptr, nullptr, options, Limits(limit_b), &turn) {
+    a.AdmitDelayNs(kStart);
+    b.AdmitDelayNs(kStart);
+  }
+};
+
+TEST(ControllerTurnTest, AProcessWaitsUntilAnotherOnesClaimedWorkIsDone) {
+  TurnPair p;
+  EXPECT_EQ(p.a.AdmitDelayNs(kStart), 0);  // nobody holds the turn
+  p.a.ClaimTurn(300 * kUs, kStart);
+  p.a.ClaimTurn(300 * kUs, kStart + 10 * kUs);  // queues behind the first: until = start + 600 us
+  EXPECT_EQ(p.turn.until_ns.load(), kStart + 600 * kUs);
+  EXPECT_EQ(p.a.AdmitDelayNs(kStart + 20 * kUs), 0);  // its own turn: no wait
+  EXPECT_EQ(p.b.AdmitDelayNs(kStart + 100 * kUs), 500 * kUs);
+  EXPECT_EQ(p.b.AdmitDelayNs(kStart + 600 * kUs), 0);  // a's work is done
+  p.b.ClaimTurn(1 * kMs, kStart + 600 * kUs);
+  EXPECT_EQ(p.a.AdmitDelayNs(kStart + 700 * kUs), 900 * kUs);  // now a waits for b
+}
+
+TEST(ControllerTurnTest, AHolderThatFinishedEarlyReleasesItsTurn) {
+  TurnPair p;
+  p.a.ClaimTurn(5 * kMs, kStart);
+  EXPECT_GT(p.b.AdmitDelayNs(kStart + 1 * kMs), 0);
+  p.b.ReleaseTurn(kStart + 1 * kMs);  // not b's turn: nothing happens
+  EXPECT_GT(p.b.AdmitDelayNs(kStart + 1 * kMs), 0);
+  p.a.ReleaseTurn(kStart + 1 * kMs);  // a's work completed before its estimate
+  EXPECT_EQ(p.b.AdmitDelayNs(kStart + 1 * kMs), 0);
+}
+
+TEST(ControllerTurnTest, TheWaitForOthersIsBounded) {
+  ControllerOptions options;
+  TurnPair p(options);
+  // A holder whose claim never ends (it died, or the value is forged): b waits at most
+  // max_turn_wait_ns, then goes, and claims the turn itself.
+  p.turn.holder.store(12345);
+  p.turn.until_ns.store(kStart + 10 * kSec);
+  int64_t now = kStart;
+  int64_t waited = 0;
+  for (int i = 0; i < 100; ++i) {
+    int64_t wait = p.b.AdmitDelayNs(now);
+    if (wait == 0) break;
+    waited += wait;
+    now += wait;
+  }
+  EXPECT_EQ(waited, options.max_turn_wait_ns);
+  p.b.ClaimTurn(100 * kUs, now);
+  EXPECT_NE(p.turn.holder.load(), 12345u);
+  EXPECT_EQ(p.turn.until_ns.load(), kStart + 10 * kSec + 100 * kUs);  // queued behind the claim
+}
+
+TEST(ControllerTurnTest, BurstsAreLongerWhileOthersTakeTurns) {
+  ControllerOptions options;
+  TurnPair p(options);
+  p.state_b.vclock_ns.store(kStart + 4 * kMs);  // 4 ms of debt: over admit_ahead (2 ms)
+  EXPECT_EQ(p.b.AdmitDelayNs(kStart), 4 * kMs);
+  p.a.ClaimTurn(100 * kUs, kStart);  // another process takes turns on this GPU ...
+  p.state_b.vclock_ns.store(kStart);
+  EXPECT_EQ(p.b.AdmitDelayNs(kStart), 100 * kUs);  // ... which b sees at its next admission
+  p.state_b.vclock_ns.store(kStart + 4 * kMs);
+  EXPECT_EQ(p.b.AdmitDelayNs(kStart), 100 * kUs);  // turn_admit_ahead (8 ms): only a's turn
+  // Long after the last turn of another process: back to the short bursts.
+  const int64_t later = kStart + options.turn_recent_ns + 1 * kMs;
+  p.state_b.vclock_ns.store(later + 4 * kMs);
+  EXPECT_EQ(p.b.AdmitDelayNs(later), 4 * kMs);
+}
+
+TEST(ControllerTurnTest, UnlimitedOrOptedOutProcessesNeitherWaitNorClaim) {
+  TurnPair unlimited(ControllerOptions(), /*limit_b=*/0);
+  unlimited.a.ClaimTurn(5 * kMs, kStart);
+  EXPECT_EQ(unlimited.b.AdmitDelayNs(kStart + 1 * kMs), 0);
+  unlimited.b.ClaimTurn(5 * kMs, kStart + 1 * kMs);
+  EXPECT_EQ(unlimited.turn.until_ns.load(), kStart + 5 * kMs);  // b's launch did not claim
+  ControllerOptions off;
+  off.take_turns = false;
+  TurnPair opted_out(off);
+  opted_out.a.ClaimTurn(5 * kMs, kStart);
+  EXPECT_EQ(opted_out.turn.holder.load(), 0u);
+  opted_out.turn.holder.store(1);
+  opted_out.turn.until_ns.store(kStart + 5 * kMs);
+  EXPECT_EQ(opted_out.b.AdmitDelayNs(kStart), 0);
+}
+
 }  // namespace
 }  // namespace vgpu::compute

@@ -35,7 +35,10 @@ int64_t ComputeLimiter::BeforeLaunch(StreamKey stream, int64_t now, LaunchTicket
 void ComputeLimiter::AfterLaunch(const LaunchTicket& ticket, bool launched, int64_t now) {
   PollResult polled;
   int64_t estimate = tracker_->AfterLaunch(ticket, launched, now, &polled);
-  if (estimate > 0) controller_->Charge(estimate, now);
+  if (estimate > 0) {
+    controller_->Charge(estimate, now);
+    controller_->ClaimTurn(estimate, now);
+  }
   Apply(polled, now);
 }
 
@@ -56,7 +59,11 @@ void ComputeLimiter::OnStreamDestroyed(StreamKey stream, int64_t now) {
 
 void ComputeLimiter::Tick(int64_t now) {
   Apply(tracker_->Tick(now), now);
-  if (tracker_->HasPendingWork()) controller_->NoteActivity(now);
+  if (tracker_->HasPendingWork()) {
+    controller_->NoteActivity(now);
+  } else {
+    controller_->ReleaseTurn(now);  // done before its estimate: others need not wait for it
+  }
   controller_->MaybeUpdate(now);
 }
 

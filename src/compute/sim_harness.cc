@@ -89,7 +89,7 @@ int Simulation::AddProcess(int container) {
   p->ops = std::make_unique<SimEventOps>(&gpu_, p->context, costs_.ops);
   p->tracker = std::make_unique<BusyTracker>(p->ops.get(), c.spec.tracker);
   p->controller = std::make_unique<Controller>(&c.state, &board_, c.signals.get(),
-                                               c.spec.controller, c.spec.limits);
+                                               c.spec.controller, c.spec.limits, &turn_);
   p->limiter = std::make_unique<ComputeLimiter>(p->controller.get(), p->tracker.get());
   if (c.spec.tick_ns > 0) p->next_tick = c.spec.tick_ns;
   processes_.push_back(std::move(p));

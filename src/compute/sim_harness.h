@@ -96,6 +96,7 @@ class Simulation {
   HostCosts costs_;
   int64_t now_ = 0;
   PriorityBoard board_{};
+  GpuTurn turn_{};
   std::vector<std::unique_ptr<Container>> containers_;
   std::vector<std::unique_ptr<Process>> processes_;
   std::vector<std::unique_ptr<Thread>> threads_;

@@ -94,7 +94,7 @@ bool SimGpu::ContextRunsKernel(int context) const {
 
 // Completes what the active context can complete right now. Returns whether anything changed.
 bool SimGpu::SettleActive() {
-  if (active_ < 0) return false;
+  if (active_ < 0 || now_ < switch_until_) return false;
   bool changed = false;
   for (int id : contexts_[active_].streams) {
     Stream& s = streams_[id];
@@ -129,6 +129,8 @@ void SimGpu::ChooseContext() {
     if (c != active_ && ContextReady(c)) {
       active_ = c;
       active_since_ = now_;
+      if (last_active_ >= 0 && c != last_active_) switch_until_ = now_ + params_.context_switch_ns;
+      last_active_ = c;
       return;
     }
   }
@@ -162,12 +164,13 @@ int64_t SimGpu::NextChangeNs() const {
   if (active_ >= 0 && others_waiting) {
     next = std::min(next, std::max(active_since_ + params_.timeslice_ns, now_ + 1));
   }
+  if (switch_until_ > now_) next = std::min(next, switch_until_);
   return next;
 }
 
 void SimGpu::Progress(int64_t dt) {
   if (dt <= 0) return;
-  if (active_ >= 0 && ContextRunsKernel(active_)) {
+  if (active_ >= 0 && now_ >= switch_until_ && ContextRunsKernel(active_)) {
     AddBusy(&context_busy_[active_], now_, now_ + dt);
     AddBusy(&device_busy_, now_, now_ + dt);
     for (int id : contexts_[active_].streams) {

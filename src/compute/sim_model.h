@@ -10,7 +10,8 @@
 //   - Contexts time-slice: one is active at a time. The GPU switches when the active context has
 //     nothing runnable, or after timeslice_ns while another context has work. A switched-out
 //     context's kernels are preempted and resume later; its events also wait (an event is
-//     processed, and time-stamped, only while its context is active).
+//     processed, and time-stamped, only while its context is active). Switching to another
+//     context than the one that ran last leaves the GPU idle for context_switch_ns.
 //   - An event command completes when it reaches the head of its stream (everything before it
 //     finished) and its context is active; its timestamp is quantised to event_resolution_ns.
 //     Re-recording an event re-arms it (cuEventRecord semantics).
@@ -38,6 +39,11 @@ struct SimGpuParams {
   int64_t kernel_overhead_ns = 1'400;
   int64_t submit_latency_ns = 3'000;
   int64_t timeslice_ns = 2'000'000;
+  // GPU time lost when another context than the last one gets the GPU (0: free switches). On an
+  // H200, two contexts of 50 us kernels time-slicing did 93% of one context's work, and handing
+  // the GPU from one idle-after-burst context to the other left it idle ~125 us
+  // (bench/compute/turn_probe.sh).
+  int64_t context_switch_ns = 0;
   int64_t event_resolution_ns = 500;
   int64_t bucket_ns = 1'000'000;
 };
@@ -109,6 +115,8 @@ class SimGpu {
   int64_t now_ = 0;
   int active_ = -1;
   int64_t active_since_ = 0;
+  int last_active_ = -1;       // the context that ran last (switching away from it costs)
+  int64_t switch_until_ = 0;   // the active context starts running here
   std::vector<Stream> streams_;
   std::vector<Context> contexts_;
   std::vector<Event> events_;

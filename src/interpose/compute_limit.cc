@@ -31,11 +31,12 @@ constexpr int64_t kTickPeriodNs = 2'000'000;  // opportunistic Tick at most this
 // fork the child abandons it). Members are constant after construction except where noted.
 struct DeviceLimiter {
   DeviceLimiter(int ledger_device, compute::ComputeShareState* state, const ComputeLimits& limits,
-                CUcontext context, const std::string& uuid, compute::PriorityBoard* board)
+                CUcontext context, const std::string& uuid, compute::PriorityBoard* board,
+                compute::GpuTurn* turn, const compute::ControllerOptions& options)
       : device(ledger_device),
         signals(uuid),
         tracker(&ops, compute::BusyTrackerOptions{}),
-        controller(state, board, &signals, compute::ControllerOptions{}, limits),
+        controller(state, board, &signals, options, limits, turn),
         limiter(&controller, &tracker),
         ctx(context),
         applied(limits) {}
@@ -65,6 +66,7 @@ struct Registry {
 
 // Constant after InitForCuInit (set before g_compute_enabled is published).
 bool g_priorities = false;            // CUDA_TASK_PRIORITY given: unlimited devices get a limiter too
+bool g_turns = true;                  // VGPU_COMPUTE_TURNS
 ledger::Board* g_board = nullptr;     // the node-wide board, or nullptr (priorities then inactive)
 
 alignas(Registry) unsigned char g_registry_storage[sizeof(Registry)];
@@ -118,13 +120,19 @@ DeviceLimiter* CreateLocked(Registry& r, int device, CUcontext ctx) {
   }
   const std::string uuid = UuidOfDevice(*ledger, device);
   compute::PriorityBoard* board = nullptr;
+  compute::GpuTurn* turn = nullptr;
   if (g_board != nullptr) {
     std::string error;
-    board = g_board->Lookup(uuid, &error);
-    if (board == nullptr) VGPU_WARN("priorities inactive on ledger device %d: %s", device, error.c_str());
+    board = g_board->Lookup(uuid, &error, &turn);
+    if (board == nullptr) {
+      VGPU_WARN("priorities and turns inactive on ledger device %d: %s", device, error.c_str());
+      turn = nullptr;
+    }
   }
-  auto* created = new (std::nothrow)
-      DeviceLimiter(device, ledger->ComputeState(device), LimitsOf(*ledger, device), ctx, uuid, board);
+  compute::ControllerOptions options;
+  options.take_turns = g_turns;
+  auto* created = new (std::nothrow) DeviceLimiter(device, ledger->ComputeState(device), LimitsOf(*ledger, device),
+                                                   ctx, uuid, board, turn, options);
   if (created == nullptr) return nullptr;
   VGPU_INFO("compute limit %d%% (soft %d%%, priority %d) on ledger device %d (%s)", ledger->SmLimit(device),
             ledger->SmSoftLimit(device), ledger->TaskPriority(), device, uuid.c_str());
@@ -295,12 +303,13 @@ void InitForCuInit() {
       ledger::LedgerStatus status;
       std::unique_ptr<ledger::Board> board = ledger::Board::Open(path, &status);
       if (board == nullptr) {
-        VGPU_WARN("priorities inactive (limits still apply): %s", status.message.c_str());
+        VGPU_WARN("priorities and turns inactive (limits still apply): %s", status.message.c_str());
       } else {
         g_board = board.release();  // never destroyed: launching threads may use it until exit
       }
     }
     g_priorities = priorities;
+    g_turns = runtime.config.compute_turns;
   }
   g_compute_enabled.store(true, std::memory_order_release);
 }

@@ -37,7 +37,10 @@ struct alignas(64) BoardEntry {
   std::atomic<uint32_t> state;      //   0 EntryState
   uint32_t reserved0;               //   4
   char uuid[kBoardUuidBytes];       //   8 written before state becomes kEntryReady
-  unsigned char reserved1[56];      //  72
+  unsigned char reserved1[24];      //  72
+  compute::GpuTurn turn;            //  96 (reserved zero bytes in the first libraries: all-zero is
+                                    //      "nobody holds the turn", so the layout version stays 1)
+  unsigned char reserved2[16];      // 112
   compute::PriorityBoard board;     // 128
 };
 
@@ -53,6 +56,7 @@ static_assert(offsetof(BoardHeader, layout_version) == 8 && offsetof(BoardHeader
 static_assert(offsetof(BoardHeader, entry_size) == 20 && offsetof(BoardHeader, total_size) == 24);
 static_assert(sizeof(BoardEntry) == 192);
 static_assert(offsetof(BoardEntry, uuid) == 8 && offsetof(BoardEntry, board) == 128);
+static_assert(offsetof(BoardEntry, turn) == 96);
 static_assert(offsetof(BoardFile, entries) == 64);
 static_assert(sizeof(BoardFile) == 64 + 192 * kBoardMaxGpus);
 
@@ -137,22 +141,26 @@ Board::~Board() {
   close(fd_);
 }
 
-compute::PriorityBoard* Board::Lookup(const std::string& uuid, std::string* error) {
+compute::PriorityBoard* Board::Lookup(const std::string& uuid, std::string* error, compute::GpuTurn** turn) {
   if (uuid.empty() || uuid.size() >= kBoardUuidBytes) {
     *error = Problem(path_, "GPU uuid '" + uuid + "' is empty or longer than 63 characters");
     return nullptr;
   }
   auto* file = static_cast<BoardFile*>(map_);
+  auto found = [&](BoardEntry& e) {
+    if (turn != nullptr) *turn = &e.turn;
+    return &e.board;
+  };
   auto find = [&]() -> compute::PriorityBoard* {
     for (BoardEntry& e : file->entries) {
       if (e.state.load(std::memory_order_acquire) == kEntryReady &&
           strncmp(e.uuid, uuid.c_str(), kBoardUuidBytes) == 0) {
-        return &e.board;
+        return found(e);
       }
     }
     return nullptr;
   };
-  if (compute::PriorityBoard* found = find()) return found;
+  if (compute::PriorityBoard* existing = find()) return existing;
   if (!internal::TakeFlock(fd_, kFlockTimeoutNs)) {
     *error = Problem(path_, "cannot lock (flock timed out)");
     return nullptr;
@@ -166,7 +174,7 @@ compute::PriorityBoard* Board::Lookup(const std::string& uuid, std::string* erro
     memset(e.uuid, 0, sizeof(e.uuid));
     memcpy(e.uuid, uuid.data(), uuid.size());
     e.state.store(kEntryReady, std::memory_order_release);
-    result = &e.board;
+    result = found(e);
   }
   flock(fd_, LOCK_UN);
   if (result == nullptr) *error = Problem(path_, "full: " + std::to_string(kBoardMaxGpus) + " GPUs already listed");

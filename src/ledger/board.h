@@ -1,20 +1,23 @@
 // The node-wide compute board: one small memory-mapped file shared by every container on a node
 // (the node daemon creates it and mounts it into each container; `vgpu run` jobs share a per-host
 // default). It holds one compute::PriorityBoard per physical GPU, keyed by GPU UUID, so that a
-// low-priority container sees when a higher-priority one is active on the same GPU
-// (docs/compute.md, "Priority"; the format is in docs/ledger.md, "The board file").
+// low-priority container sees when a higher-priority one is active on the same GPU, and beside it
+// the GPU's compute::GpuTurn, through which limited containers take turns (docs/compute.md,
+// "Priority" and "Turns"; the format is in docs/ledger.md, "The board file").
 //
 // Format (layout version 1), native byte order, pinned by static_asserts in board.cc:
 //   Header (64 bytes): magic "VGPUBRD\0", u32 layout_version, u32 header_size, u32 max_gpus,
 //   u32 entry_size, u64 total_size, reserved zero.
 //   Entry[kBoardMaxGpus] (192 bytes each): atomic u32 state (0 free, 1 being claimed, 2 ready),
-//   u32 reserved, char uuid[64] (NUL-padded), reserved, then the PriorityBoard (64-byte aligned).
+//   u32 reserved, char uuid[64] (NUL-padded), reserved, the GpuTurn at 96, reserved, then the
+//   PriorityBoard at 128 (64-byte aligned).
 // All-zero entries are free and a zero PriorityBoard is a valid initial state. Entries are
 // claimed under flock(2) on the file (once per GPU per process, never on a hot path); the
 // heartbeats themselves are lock-free atomics.
 //
 // Trust: the file is writable by every container on the node (mode 0666), so a process can make
-// others yield by writing fake heartbeats. It carries scheduling hints only: limits and
+// others yield by writing fake heartbeats (or make them wait at most max_turn_wait_ns per burst
+// through a forged turn). It carries scheduling hints only: limits and
 // accounting never depend on it (docs/compute.md states this threat).
 //
 // Thread safety: Open and Lookup may be called from any thread; the returned PriorityBoard is
@@ -45,9 +48,10 @@ class Board {
   Board(const Board&) = delete;
   Board& operator=(const Board&) = delete;
 
-  // The PriorityBoard of the GPU with this UUID, claiming a free entry on first use. nullptr
-  // (with *error set) for an empty or over-long uuid, a full board, or a lock failure.
-  compute::PriorityBoard* Lookup(const std::string& uuid, std::string* error);
+  // The PriorityBoard of the GPU with this UUID, claiming a free entry on first use (and, when
+  // `turn` is given, its GpuTurn in *turn). nullptr (with *error set) for an empty or over-long
+  // uuid, a full board, or a lock failure.
+  compute::PriorityBoard* Lookup(const std::string& uuid, std::string* error, compute::GpuTurn** turn = nullptr);
 
   const std::string& path() const { return path_; }
 

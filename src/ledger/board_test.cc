@@ -52,6 +52,34 @@ TEST(BoardTest, OneEntryPerUuidSharedByEveryMapping) {
   EXPECT_EQ(b->Lookup("GPU-1111", &error)->heartbeat_ns[0].load(), 0);
 }
 
+TEST(BoardTest, EachGpuHasATurnBesideItsPriorities) {
+  TempDir dir;
+  std::unique_ptr<Board> a = MustOpenBoard(dir.File("board"));
+  std::unique_ptr<Board> b = MustOpenBoard(dir.File("board"));
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  std::string error;
+  compute::GpuTurn* a0 = nullptr;
+  compute::GpuTurn* a1 = nullptr;
+  compute::GpuTurn* b0 = nullptr;
+  compute::PriorityBoard* p0 = a->Lookup("GPU-0000", &error, &a0);
+  ASSERT_NE(p0, nullptr) << error;
+  ASSERT_NE(a->Lookup("GPU-1111", &error, &a1), nullptr) << error;
+  ASSERT_NE(b->Lookup("GPU-0000", &error, &b0), nullptr) << error;
+  ASSERT_NE(a0, nullptr);
+  EXPECT_NE(a0, a1);
+  // The documented place: 32 bytes before the PriorityBoard of the same entry (docs/ledger.md).
+  EXPECT_EQ(reinterpret_cast<char*>(p0) - reinterpret_cast<char*>(a0), 128 - 96);
+  EXPECT_EQ(a0->holder.load(), 0u);  // all-zero: nobody holds the turn
+  EXPECT_EQ(a0->until_ns.load(), 0);
+  a0->holder.store(7);
+  a0->until_ns.store(99);
+  EXPECT_EQ(b0->holder.load(), 7u);  // another mapping sees it
+  EXPECT_EQ(b0->until_ns.load(), 99);
+  EXPECT_EQ(a1->holder.load(), 0u);
+  EXPECT_EQ(p0->heartbeat_ns[0].load(), 0);  // and it does not overlap the heartbeats
+}
+
 TEST(BoardTest, ProcessesClaimingTheSameUuidAtOnceShareOneEntry) {
   TempDir dir;
   const std::string path = dir.File("board");
