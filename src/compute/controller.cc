@@ -112,12 +112,12 @@ int64_t Controller::TurnDelayNs(int64_t now) {
   const uint64_t holder = turn_->holder.load(kRelaxed);
   const int64_t until = turn_->until_ns.load(kRelaxed);
   if (holder == 0 || holder == TurnToken(now)) {
-    turn_wait_since_.store(0, kRelaxed);
+    if (turn_wait_since_.load(kRelaxed) != 0) turn_wait_since_.store(0, kRelaxed);
     return 0;
   }
   if (until > now - options_.turn_recent_ns) other_turn_ns_.store(now, kRelaxed);
   if (until <= now) {
-    turn_wait_since_.store(0, kRelaxed);
+    if (turn_wait_since_.load(kRelaxed) != 0) turn_wait_since_.store(0, kRelaxed);
     return 0;
   }
   int64_t since = turn_wait_since_.load(kRelaxed);
@@ -133,17 +133,25 @@ int64_t Controller::TurnDelayNs(int64_t now) {
 void Controller::ClaimTurn(int64_t busy_ns, int64_t now) {
   if (busy_ns <= 0 || !TakesTurns()) return;
   const uint64_t token = TurnToken(now);
-  if (turn_->holder.load(kRelaxed) != token) turn_->holder.store(token, kRelaxed);
-  // Work of every process queues up on the GPU: this launch ends after everything claimed so
-  // far. (Two claims racing may lose one estimate: a hint, not an account.)
-  const int64_t until = turn_->until_ns.load(kRelaxed);
-  turn_->until_ns.store(std::max(until, now) + busy_ns, kRelaxed);
-  turn_wait_since_.store(0, kRelaxed);
+  const bool mine = turn_->holder.load(kRelaxed) == token;
+  const int64_t published = turn_->until_ns.load(kRelaxed);
+  // Work of every process queues up on the GPU: this launch ends after everything claimed so far.
+  // While the turn is ours, claims accumulate here and reach the shared line only every
+  // kClaimStepNs of work (it then lags by less than that), so that a lone process's launches
+  // rarely write it. (Racing claims may lose one estimate: a hint, not an account.)
+  constexpr int64_t kClaimStepNs = 50'000;
+  const int64_t base = mine ? std::max(claimed_until_.load(kRelaxed), published) : published;
+  const int64_t until = std::max(base, now) + busy_ns;
+  claimed_until_.store(until, kRelaxed);
+  if (!mine) turn_->holder.store(token, kRelaxed);
+  if (!mine || until - published >= kClaimStepNs) turn_->until_ns.store(until, kRelaxed);
+  if (turn_wait_since_.load(kRelaxed) != 0) turn_wait_since_.store(0, kRelaxed);
 }
 
 void Controller::ReleaseTurn(int64_t now) {
   const uint64_t token = token_.load(kRelaxed);
   if (turn_ == nullptr || token == 0 || turn_->holder.load(kRelaxed) != token) return;
+  claimed_until_.store(now, kRelaxed);
   int64_t until = turn_->until_ns.load(kRelaxed);
   if (until > now) turn_->until_ns.compare_exchange_strong(until, now, kRelaxed, kRelaxed);
 }

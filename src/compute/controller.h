@@ -182,7 +182,8 @@ class Controller {
   GpuTurn* const turn_;
   std::atomic<uint64_t> token_{0};         // this process's name in the turn (0 = not drawn yet)
   std::atomic<int64_t> other_turn_ns_{0};  // last time another process held the turn
-  std::atomic<int64_t> turn_wait_since_{0};  // process-local: start of the current wait, 0 = none
+  std::atomic<int64_t> turn_wait_since_{0};  // start of the current wait for others, 0 = none
+  std::atomic<int64_t> claimed_until_{0};  // this process's claim, ahead of the published one
 };
 
 }  // namespace vgpu::compute
