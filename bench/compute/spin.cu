@@ -28,40 +28,7 @@
 #include <string>
 #include <unistd.h>
 
-#define CHECK(call)                                                                          \
-  do {                                                                                       \
-    cudaError_t err_ = (call);                                                               \
-    if (err_ != cudaSuccess) {                                                               \
-      fprintf(stderr, "spin: %s failed at %s:%d: %s (%s)\n", #call, __FILE__, __LINE__,       \
-              cudaGetErrorName(err_), cudaGetErrorString(err_));                             \
-      exit(2);                                                                               \
-    }                                                                                        \
-  } while (0)
-
-__global__ void SpinKernel(long long cycles, unsigned long long* sink) {
-  const long long start = clock64();
-  long long now = start;
-  while (now - start < cycles) now = clock64();
-  if (threadIdx.x == 0 && now == 0) sink[blockIdx.x] = static_cast<unsigned long long>(now);  // never
-}
-
-static double Monotonic() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<double>(ts.tv_sec) + ts.tv_nsec * 1e-9;
-}
-
-struct Gpu {
-  cudaStream_t stream = nullptr;
-  int grid = 0;
-  int block = 256;
-  unsigned long long* sink = nullptr;
-};
-
-static void Launch(Gpu& g, long long cycles) {
-  SpinKernel<<<g.grid, g.block, 0, g.stream>>>(cycles, g.sink);
-  CHECK(cudaGetLastError());
-}
+#include "spin_common.cuh"
 
 static float Elapsed(cudaEvent_t a, cudaEvent_t b) {
   float ms = 0;
@@ -112,16 +79,6 @@ static int QueuedCount(double dev_us) {  // ~20 ms of kernels, at most 1000 laun
   if (n < 10) n = 10;
   if (n > 1000) n = 1000;
   return n;
-}
-
-static void Setup(Gpu& g) {
-  int dev = 0;
-  CHECK(cudaGetDevice(&dev));
-  int sms = 0;
-  CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  g.grid = sms;  // one block per SM, all resident at once: every SM spins for the whole kernel
-  CHECK(cudaStreamCreateWithFlags(&g.stream, cudaStreamNonBlocking));
-  CHECK(cudaMalloc(&g.sink, sizeof(unsigned long long) * g.grid));
 }
 
 // Returns {cycles, dev_us} for a target device time per kernel.

@@ -26,28 +26,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#define CHECK(call)                                                                                 \
-  do {                                                                                              \
-    cudaError_t err_ = (call);                                                                      \
-    if (err_ != cudaSuccess) {                                                                      \
-      fprintf(stderr, "turn_probe: %s failed at %s:%d: %s\n", #call, __FILE__, __LINE__,            \
-              cudaGetErrorName(err_));                                                              \
-      exit(2);                                                                                      \
-    }                                                                                               \
-  } while (0)
-
-__global__ void Spin(long long cycles, unsigned long long* sink) {
-  const long long start = clock64();
-  long long now = start;
-  while (now - start < cycles) now = clock64();
-  if (threadIdx.x == 0 && now == 0) sink[blockIdx.x] = static_cast<unsigned long long>(now);  // never
-}
-
-static double Now() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<double>(ts.tv_sec) + ts.tv_nsec * 1e-9;
-}
+#include "spin_common.cuh"
 
 int main(int argc, char** argv) {
   if (argc < 6) {
@@ -86,13 +65,9 @@ int main(int argc, char** argv) {
   }
   if (per_burst < 1) per_burst = 1;
 
-  int dev = 0, sms = 0;
-  CHECK(cudaGetDevice(&dev));
-  CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  cudaStream_t stream;
-  CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  unsigned long long* sink = nullptr;
-  CHECK(cudaMalloc(&sink, sizeof(unsigned long long) * sms));
+  Gpu gpu;
+  Setup(gpu);
+  const cudaStream_t stream = gpu.stream;
   constexpr int kRing = 4;
   cudaEvent_t begin[kRing], end[kRing], window_start, window_end;
   for (int i = 0; i < kRing; ++i) {
@@ -107,7 +82,7 @@ int main(int argc, char** argv) {
   bool measuring = false, done = false;
   long long burst = 0;
   while (!done) {
-    const double now = Now();
+    const double now = Monotonic();
     if (!measuring && now >= start_at) {
       // Everything before is warm-up: start the window on the GPU timeline.
       CHECK(cudaStreamSynchronize(stream));
@@ -124,7 +99,7 @@ int main(int argc, char** argv) {
         break;
       }
       while (turn->load() % nproc != id) {
-        if (Now() >= start_at + seconds + 1.0) break;  // the other one has finished
+        if (Monotonic() >= start_at + seconds + 1.0) break;  // the other one has finished
         sched_yield();
       }
     }
@@ -132,8 +107,7 @@ int main(int argc, char** argv) {
     // In free mode keep at most two bursts in flight (the third waits for the first).
     if (!turns && burst >= 2) CHECK(cudaEventSynchronize(end[(burst - 2) % kRing]));
     CHECK(cudaEventRecord(begin[slot], stream));
-    for (int i = 0; i < per_burst; ++i) Spin<<<sms, 256, 0, stream>>>(cycles, sink);
-    CHECK(cudaGetLastError());
+    for (int i = 0; i < per_burst; ++i) Launch(gpu, cycles);
     CHECK(cudaEventRecord(end[slot], stream));
     if (measuring) kernels += per_burst;
     ++burst;

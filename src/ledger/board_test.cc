@@ -1,5 +1,5 @@
 // The node-wide board file: creation and mode, one entry per GPU uuid shared across mappings and
-// processes, refusals of foreign, truncated and wrong-version files, a full board.
+// processes, each GPU's turn beside its priorities, refusals of foreign, truncated and wrong-version files, a full board.
 #include "ledger/board.h"
 
 #include <gtest/gtest.h>
@@ -23,6 +23,24 @@ std::unique_ptr<Board> MustOpenBoard(const std::string& path) {
   return board;
 }
 
+// Two mappings of one board file, as two processes would have.
+class TwoMappingsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    a_ = MustOpenBoard(dir_.File("board"));
+    b_ = MustOpenBoard(dir_.File("board"));
+    ASSERT_NE(a_, nullptr);
+    ASSERT_NE(b_, nullptr);
+    a = a_.get();
+    b = b_.get();
+  }
+  TempDir dir_;
+  std::unique_ptr<Board> a_, b_;
+  Board* a = nullptr;
+  Board* b = nullptr;
+  std::string error;
+};
+
 TEST(BoardTest, CreatesAWorldSharedFileWhateverTheUmask) {
   TempDir dir;
   const mode_t old = umask(077);
@@ -32,13 +50,7 @@ TEST(BoardTest, CreatesAWorldSharedFileWhateverTheUmask) {
   EXPECT_EQ(testing::Mode(dir.File("board")), 0666);
 }
 
-TEST(BoardTest, OneEntryPerUuidSharedByEveryMapping) {
-  TempDir dir;
-  std::unique_ptr<Board> a = MustOpenBoard(dir.File("board"));
-  std::unique_ptr<Board> b = MustOpenBoard(dir.File("board"));
-  ASSERT_NE(a, nullptr);
-  ASSERT_NE(b, nullptr);
-  std::string error;
+TEST_F(TwoMappingsTest, OneEntryPerUuidSharedByEveryMapping) {
   compute::PriorityBoard* a0 = a->Lookup("GPU-0000", &error);
   compute::PriorityBoard* a1 = a->Lookup("GPU-1111", &error);
   ASSERT_NE(a0, nullptr) << error;
@@ -52,13 +64,7 @@ TEST(BoardTest, OneEntryPerUuidSharedByEveryMapping) {
   EXPECT_EQ(b->Lookup("GPU-1111", &error)->heartbeat_ns[0].load(), 0);
 }
 
-TEST(BoardTest, EachGpuHasATurnBesideItsPriorities) {
-  TempDir dir;
-  std::unique_ptr<Board> a = MustOpenBoard(dir.File("board"));
-  std::unique_ptr<Board> b = MustOpenBoard(dir.File("board"));
-  ASSERT_NE(a, nullptr);
-  ASSERT_NE(b, nullptr);
-  std::string error;
+TEST_F(TwoMappingsTest, EachGpuHasATurnBesideItsPriorities) {
   compute::GpuTurn* a0 = nullptr;
   compute::GpuTurn* a1 = nullptr;
   compute::GpuTurn* b0 = nullptr;

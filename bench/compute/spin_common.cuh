@@ -1,0 +1,56 @@
+// Shared by the spin-kernel programs of bench/compute (spin.cu, turn_probe.cu): the CUDA return
+// code check, the kernel that spins for a number of clock64() cycles, launched with one block per
+// SM on a non-blocking stream (Gpu, Setup, Launch), and a CLOCK_MONOTONIC reading in seconds.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+
+// Every CUDA call is checked: a failure prints the call, the place and the error, and exits 2.
+#define CHECK(call) CheckCuda((call), #call, __FILE__, __LINE__)
+
+static inline void CheckCuda(cudaError_t err, const char* call, const char* file, int line) {
+  if (err == cudaSuccess) return;
+  fprintf(stderr, "%s: %s failed at %s:%d: %s (%s)\n", program_invocation_short_name, call, file, line,
+          cudaGetErrorName(err), cudaGetErrorString(err));
+  exit(2);
+}
+
+__global__ void SpinKernel(long long cycles, unsigned long long* sink) {
+  const long long start = clock64();
+  long long now = start;
+  while (now - start < cycles) now = clock64();
+  if (threadIdx.x == 0 && now == 0) sink[blockIdx.x] = static_cast<unsigned long long>(now);  // never
+}
+
+static inline double Monotonic() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<double>(ts.tv_sec) + ts.tv_nsec * 1e-9;
+}
+
+struct Gpu {
+  cudaStream_t stream = nullptr;
+  int grid = 0;
+  int block = 256;
+  unsigned long long* sink = nullptr;
+};
+
+static void Launch(Gpu& g, long long cycles) {
+  SpinKernel<<<g.grid, g.block, 0, g.stream>>>(cycles, g.sink);
+  CHECK(cudaGetLastError());
+}
+
+static void Setup(Gpu& g) {
+  int dev = 0;
+  CHECK(cudaGetDevice(&dev));
+  int sms = 0;
+  CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  g.grid = sms;  // one block per SM, all resident at once: every SM spins for the whole kernel
+  CHECK(cudaStreamCreateWithFlags(&g.stream, cudaStreamNonBlocking));
+  CHECK(cudaMalloc(&g.sink, sizeof(unsigned long long) * g.grid));
+}
