@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "common/fork_together.h"
 #include "node/container_store.h"
 #include "node/procfs.h"
 #include "node/wire.h"
@@ -69,35 +70,10 @@ Sample RegisterOnce(const std::string& socket) {
   return s;
 }
 
-// One burst: n processes, released together.
+// One burst: n processes, released together (once all of them wait for the release).
 std::vector<Sample> Burst(const std::string& socket, int n) {
-  int go[2], out[2];
-  if (pipe(go) != 0 || pipe(out) != 0) return {};
-  std::vector<pid_t> pids;
-  for (int i = 0; i < n; ++i) {
-    const pid_t pid = fork();
-    if (pid == 0) {
-      close(go[1]);
-      close(out[0]);
-      char c;
-      while (read(go[0], &c, 1) > 0) {
-      }
-      const Sample s = RegisterOnce(socket);
-      [[maybe_unused]] ssize_t w = write(out[1], &s, sizeof(s));
-      _exit(0);
-    }
-    pids.push_back(pid);
-  }
-  close(go[0]);
-  close(out[1]);
-  usleep(200000);  // let every child reach its read()
-  close(go[1]);
-  std::vector<Sample> samples;
-  Sample s;
-  while (read(out[0], &s, sizeof(s)) == static_cast<ssize_t>(sizeof(s))) samples.push_back(s);
-  close(out[0]);
-  for (pid_t pid : pids) waitpid(pid, nullptr, 0);
-  return samples;
+  return vgpu::ForkTogether<Sample>(
+      n, [&] { return RegisterOnce(socket); }, [](const std::vector<pid_t>&) { usleep(200000); });
 }
 
 // The floor: a single-threaded server that reads each request frame and answers "ok" with the

@@ -21,6 +21,7 @@
 #include <random>
 
 #include "daemon_harness.h"
+#include "common/fork_together.h"
 #include "ledger/board.h"
 #include "ledger/ledger.h"
 #include "node/container_store.h"
@@ -80,44 +81,24 @@ struct ChildResult {
 
 // Forks `n` children that register at the same moment; returns what each got.
 std::vector<ChildResult> RegisterConcurrently(int n, const std::string& socket, const std::function<void(pid_t)>& before_go) {
-  int go[2], results[2];
-  EXPECT_EQ(pipe(go), 0);
-  EXPECT_EQ(pipe(results), 0);
-  std::vector<pid_t> pids;
-  for (int i = 0; i < n; ++i) {
-    const pid_t pid = fork();
-    if (pid == 0) {
-      close(go[1]);
-      close(results[0]);
-      char c;
-      while (read(go[0], &c, 1) > 0) {
-      }
-      ChildResult r;
-      r.pid = getpid();
-      const int64_t start = wire::MonotonicNs();
-      const wire::ExchangeResult x = wire::Exchange(socket, RegisterFrame(kPod, "main", static_cast<uint32_t>(getpid())), 5000,
-                                                    wire::kMaxReplyPayload);
-      r.latency_ns = wire::MonotonicNs() - start;
-      wire::RegisterReply reply;
-      if (x.ok() && x.header.type == wire::MessageType::kRegisterReply && wire::DecodeRegisterReply(x.payload, &reply).empty()) {
-        r.status = static_cast<int32_t>(reply.status);
-        r.host_pid = reply.host_pid;
-      }
-      [[maybe_unused]] ssize_t w = write(results[1], &r, sizeof(r));
-      _exit(0);
+  auto child = [&] {
+    ChildResult r;
+    r.pid = getpid();
+    const int64_t start = wire::MonotonicNs();
+    const wire::ExchangeResult x = wire::Exchange(socket, RegisterFrame(kPod, "main", static_cast<uint32_t>(getpid())), 5000,
+                                                  wire::kMaxReplyPayload);
+    r.latency_ns = wire::MonotonicNs() - start;
+    wire::RegisterReply reply;
+    if (x.ok() && x.header.type == wire::MessageType::kRegisterReply && wire::DecodeRegisterReply(x.payload, &reply).empty()) {
+      r.status = static_cast<int32_t>(reply.status);
+      r.host_pid = reply.host_pid;
     }
-    pids.push_back(pid);
-  }
-  close(go[0]);
-  close(results[1]);
-  for (pid_t pid : pids) before_go(pid);
-  close(go[1]);  // everyone goes
-  std::vector<ChildResult> out;
-  ChildResult r;
-  while (read(results[0], &r, sizeof(r)) == static_cast<ssize_t>(sizeof(r))) out.push_back(r);
-  close(results[0]);
-  for (pid_t pid : pids) waitpid(pid, nullptr, 0);
-  return out;
+    return r;
+  };
+  return ForkTogether<ChildResult>(n, child, [&](const std::vector<pid_t>& pids) {
+    EXPECT_EQ(pids.size(), static_cast<size_t>(n));
+    for (pid_t pid : pids) before_go(pid);
+  });
 }
 
 TEST_F(RegistrationServerTest, TwoHundredConcurrentRegistrationsSucceed) {
@@ -350,16 +331,7 @@ struct UidRegistration {
 // does after a successful registration.
 UidRegistration RegisterAs(uid_t uid, const std::string& socket, const std::string& ledger_path,
                            const std::function<void(pid_t)>& before_go) {
-  int go[2], out[2];
-  EXPECT_EQ(pipe(go), 0);
-  EXPECT_EQ(pipe(out), 0);
-  const pid_t pid = fork();
-  if (pid == 0) {
-    close(go[1]);
-    close(out[0]);
-    char c;
-    while (read(go[0], &c, 1) > 0) {
-    }
+  auto child = [&] {
     UidRegistration r;
     if (setgid(uid) == 0 && setuid(uid) == 0) {
       const wire::ExchangeResult x = wire::Exchange(socket, RegisterFrame(kPod, "main", static_cast<uint32_t>(getpid())),
@@ -374,18 +346,13 @@ UidRegistration RegisterAs(uid_t uid, const std::string& socket, const std::stri
       r.ledger_opened = ledger::Ledger::Open(ledger_path, ledger::LimitSet{}, &status, &disagreement) != nullptr;
       if (!r.ledger_opened && r.message[0] == '\0') snprintf(r.message, sizeof(r.message), "%s", status.message.c_str());
     }
-    [[maybe_unused]] ssize_t w = write(out[1], &r, sizeof(r));
-    _exit(0);
-  }
-  close(go[0]);
-  close(out[1]);
-  before_go(pid);
-  close(go[1]);
-  UidRegistration r;
-  EXPECT_EQ(read(out[0], &r, sizeof(r)), static_cast<ssize_t>(sizeof(r)));
-  close(out[0]);
-  waitpid(pid, nullptr, 0);
-  return r;
+    return r;
+  };
+  const std::vector<UidRegistration> got = ForkTogether<UidRegistration>(1, child, [&](const std::vector<pid_t>& pids) {
+    for (pid_t pid : pids) before_go(pid);
+  });
+  EXPECT_EQ(got.size(), 1u);
+  return got.empty() ? UidRegistration{} : got[0];
 }
 
 TEST_F(RegistrationServerTest, ANonRootContainerProcessCanChargeItsLedger) {
