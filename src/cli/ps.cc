@@ -150,24 +150,6 @@ std::string ProcessTable(const Snapshot& snapshot) {
   return FormatColumns(rows, 2);
 }
 
-std::string JsonString(const std::string& text) {
-  std::string out = "\"";
-  for (const char c : text) {
-    const unsigned char u = static_cast<unsigned char>(c);
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (u < 0x20) {
-      char buf[8];
-      snprintf(buf, sizeof(buf), "\\u%04x", u);
-      out += buf;
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
-}
-
 void JsonDevices(const Snapshot& snapshot, std::ostringstream& json) {
   json << "\"devices\": [";
   for (size_t i = 0; i < snapshot.devices.size(); ++i) {
@@ -270,6 +252,24 @@ std::string FormatColumns(const std::vector<std::vector<std::string>>& rows, siz
     text += line + "\n";
   }
   return text;
+}
+
+std::string JsonString(const std::string& text) {
+  std::string out = "\"";
+  for (const char c : text) {
+    const unsigned char u = static_cast<unsigned char>(c);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (u < 0x20) {
+      char buf[8];
+      snprintf(buf, sizeof(buf), "\\u%04x", u);
+      out += buf;
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
 }
 
 std::string FormatPsTable(const std::vector<PsEntry>& entries) {

@@ -53,6 +53,9 @@ std::string FormatPsTable(const std::vector<PsEntry>& entries);
 // of vgpu ps, vgpu top and the node-wide view).
 std::string FormatColumns(const std::vector<std::vector<std::string>>& rows, size_t indent);
 
+// `text` as a JSON string literal, quotes included (the JSON of vgpu ps and the node-wide view).
+std::string JsonString(const std::string& text);
+
 // {"ledgers": [...]} with every number in bytes / percent; see `vgpu ps --help`.
 // `members` (JSON members each followed by ", ", e.g. the node view's) go before "ledgers".
 std::string FormatPsJson(const std::vector<PsEntry>& entries, const std::string& members = "");
