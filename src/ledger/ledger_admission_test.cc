@@ -32,7 +32,18 @@ class LedgerAdmissionTest : public ::testing::Test {
 
   const DeviceUsage& Usage(const Snapshot& snapshot, int device) { return snapshot.devices.at(device); }
 
+  // Forks a child that registers in this ledger, charges `bytes` on ordinal 0 and then runs `then`
+  // (ForkCharger). Returns its pid once it answered: *answer is 'y' when it charged, 'n' when it
+  // could not, 0 when it died before answering.
+  pid_t StartCharger(uint64_t bytes, char* answer, void (*then)(Ledger*) = nullptr);
+
+  ~LedgerAdmissionTest() override {
+    if (ready_[0] >= 0) close(ready_[0]);
+    if (ready_[1] >= 0) close(ready_[1]);
+  }
+
   TempDir dir_;
+  int ready_[2] = {-1, -1};  // the chargers' answers
   std::unique_ptr<Ledger> ledger_;
   int slot_ = -1;
   int device_ = -1;
@@ -320,13 +331,18 @@ pid_t ForkCharger(const std::string& path, uint64_t bytes, int ready_fd, void (*
   _exit(ok ? 0 : 1);
 }
 
+pid_t LedgerAdmissionTest::StartCharger(uint64_t bytes, char* answer, void (*then)(Ledger*)) {
+  *answer = 0;
+  if (ready_[0] < 0 && pipe(ready_) != 0) return -1;
+  const pid_t child = ForkCharger(dir_.File("ledger"), bytes, ready_[1], then);
+  if (read(ready_[0], answer, 1) != 1) *answer = 0;
+  return child;
+}
+
 TEST_F(LedgerAdmissionTest, DeadProcessesAreReclaimedZombieOrReaped) {
   Open(testing::Uniform(kGiB));
-  int ready[2];
-  ASSERT_EQ(pipe(ready), 0);
-  const pid_t child = ForkCharger(dir_.File("ledger"), 100 * kMiB, ready[1], nullptr);
   char c = 0;
-  ASSERT_EQ(read(ready[0], &c, 1), 1);
+  const pid_t child = StartCharger(100 * kMiB, &c);
   ASSERT_EQ(c, 'y');
   EXPECT_EQ(ledger_->DeviceUsed(device_), 100 * kMiB);
   // The child has exited without unregistering; unreaped it is a zombie, which counts as dead.
@@ -336,19 +352,14 @@ TEST_F(LedgerAdmissionTest, DeadProcessesAreReclaimedZombieOrReaped) {
   EXPECT_EQ(ledger_->Read().reclaimed_processes, 1u);
   EXPECT_EQ(testing::WaitChild(child, 5000), 0);
   EXPECT_EQ(ledger_->ReclaimDead(), 0);
-  close(ready[0]);
-  close(ready[1]);
 }
 
 TEST_F(LedgerAdmissionTest, ADeadProcesssSpillIsReclaimedAndARefusedSpillReclaimsAtOnce) {
   LimitSet limits = testing::Uniform(kGiB);
   limits.default_host_limit = 100 * kMiB;
   Open(limits);
-  int ready[2];
-  ASSERT_EQ(pipe(ready), 0);
-  const pid_t child = ForkCharger(dir_.File("ledger"), 100 * kMiB, ready[1], nullptr);
   char c = 0;
-  ASSERT_EQ(read(ready[0], &c, 1), 1);
+  const pid_t child = StartCharger(100 * kMiB, &c);
   ASSERT_EQ(c, 'y');
   EXPECT_EQ(ledger_->DeviceSpilled(device_), 100 * kMiB);
   ASSERT_EQ(testing::WaitChild(child, 5000), 0);
@@ -359,45 +370,36 @@ TEST_F(LedgerAdmissionTest, ADeadProcesssSpillIsReclaimedAndARefusedSpillReclaim
   EXPECT_EQ(snapshot.devices.at(device_).spilled, 100 * kMiB);
   EXPECT_EQ(snapshot.devices.at(device_).used, 0u);
   EXPECT_EQ(snapshot.reclaimed_processes, 1u);
-  close(ready[0]);
-  close(ready[1]);
 }
 
 TEST_F(LedgerAdmissionTest, ARefusalReclaimsImmediatelyAndTheIntervalReclaimsAnyway) {
   Open(testing::Uniform(100 * kMiB));
-  int ready[2];
-  ASSERT_EQ(pipe(ready), 0);
   char c = 0;
-  pid_t child = ForkCharger(dir_.File("ledger"), 100 * kMiB, ready[1], nullptr);
-  ASSERT_EQ(read(ready[0], &c, 1), 1);
+  pid_t child = StartCharger(100 * kMiB, &c);
+  ASSERT_NE(c, 0);  // it answered
   ASSERT_EQ(testing::WaitChild(child, 5000), 0);
   // Full, but the holder is dead: the refused reservation reclaims and retries at once.
   EXPECT_TRUE(ledger_->TryReserve(slot_, device_, 100 * kMiB));
   EXPECT_EQ(ledger_->Read().devices.at(device_).oom_refusals, 0u);
   ledger_->Release(slot_, device_, 100 * kMiB);
 
-  child = ForkCharger(dir_.File("ledger"), 10 * kMiB, ready[1], nullptr);
-  ASSERT_EQ(read(ready[0], &c, 1), 1);
+  child = StartCharger(10 * kMiB, &c);
+  ASSERT_NE(c, 0);
   ASSERT_EQ(testing::WaitChild(child, 5000), 0);
   EXPECT_EQ(ledger_->DeviceUsed(device_), 10 * kMiB);
   usleep(static_cast<useconds_t>(kReclaimIntervalNs / 1000 + 50'000));
   EXPECT_TRUE(ledger_->TryReserve(slot_, device_, 1));  // any lock after the interval scans
   EXPECT_EQ(ledger_->DeviceUsed(device_), 1u);
-  close(ready[0]);
-  close(ready[1]);
 }
 
 TEST_F(LedgerAdmissionTest, AProcessKilledHoldingTheLockIsRecoveredFrom) {
   LimitSet limits = testing::Uniform(kGiB);
   limits.default_host_limit = kGiB;  // the dead process also spilled: recovery returns both
   Open(limits);
-  int ready[2];
-  ASSERT_EQ(pipe(ready), 0);
-  const pid_t child = ForkCharger(dir_.File("ledger"), 300 * kMiB, ready[1], [](Ledger* ledger) {
+  char c = 0;
+  const pid_t child = StartCharger(300 * kMiB, &c, [](Ledger* ledger) {
     ledger->HoldLockForTesting(60'000'000'000, [](void*) { (void)!write(STDOUT_FILENO, "", 0); }, nullptr);
   });
-  char c = 0;
-  ASSERT_EQ(read(ready[0], &c, 1), 1);
   ASSERT_EQ(c, 'y');
   usleep(100'000);  // let it take the lock
   kill(child, SIGKILL);
@@ -420,8 +422,6 @@ TEST_F(LedgerAdmissionTest, AProcessKilledHoldingTheLockIsRecoveredFrom) {
   EXPECT_EQ(snapshot.processes.size(), 1u);
   EXPECT_TRUE(ledger_->Health().ok) << ledger_->Health().message;
   testing::WaitChild(child, 5000);
-  close(ready[0]);
-  close(ready[1]);
 }
 
 TEST_F(LedgerAdmissionTest, HotPathIsCheap) {
