@@ -43,6 +43,13 @@ class Exposition {
   }
   void Sample(const std::string& name, const Labels& labels, double v) { Sample(name, labels, Number(v)); }
   void Sample(const std::string& name, const Labels& labels, uint64_t v) { Sample(name, labels, Number(v)); }
+  // A family with one sample per item: labels_of(item), value_of(item).
+  template <typename Items, typename LabelsOf, typename ValueOf>
+  void FamilyOf(const char* name, const char* type, const char* help, const Items& items, LabelsOf labels_of,
+                ValueOf value_of) {
+    Family(name, type, help);
+    for (const auto& item : items) Sample(name, labels_of(item), value_of(item));
+  }
   std::string str() const { return out_.str(); }
 
  private:
@@ -82,28 +89,28 @@ void RenderGpus(const MetricsSnapshot& s, Exposition& e) {
   auto gpu_labels = [&](const GpuSample& g) {
     return Labels{{"node", s.node}, {"device_index", std::to_string(g.index)}, {"device_uuid", g.uuid}, {"device_type", DeviceType(g)}};
   };
-  e.Family("hami_host_gpu_memory_used_bytes", "gauge", "GPU device memory used, as NVML reports it (HAMi name).");
-  for (const GpuSample& g : s.gpus) e.Sample("hami_host_gpu_memory_used_bytes", gpu_labels(g), g.memory_used);
-  e.Family("hami_host_gpu_utilization_ratio", "gauge", "GPU core utilization in percent, 0-100 (HAMi name and scale).");
-  for (const GpuSample& g : s.gpus) e.Sample("hami_host_gpu_utilization_ratio", gpu_labels(g), static_cast<uint64_t>(g.utilization));
-  e.Family("vgpu_gpu_memory_total_bytes", "gauge", "GPU device memory, total (NVML).");
-  for (const GpuSample& g : s.gpus) e.Sample("vgpu_gpu_memory_total_bytes", gpu_labels(g), g.memory_total);
-  e.Family("vgpu_gpu_memory_used_bytes", "gauge", "GPU device memory used by all processes (NVML).");
-  for (const GpuSample& g : s.gpus) e.Sample("vgpu_gpu_memory_used_bytes", gpu_labels(g), g.memory_used);
-  e.Family("vgpu_gpu_utilization_ratio", "gauge", "GPU busy fraction over NVML's last sample period, 0..1.");
-  for (const GpuSample& g : s.gpus) e.Sample("vgpu_gpu_utilization_ratio", gpu_labels(g), g.utilization / 100.0);
-  e.Family("vgpu_gpu_processes", "gauge", "Processes holding memory on the GPU (NVML running processes).");
-  for (const GpuSample& g : s.gpus) e.Sample("vgpu_gpu_processes", gpu_labels(g), static_cast<uint64_t>(g.processes.size()));
-  e.Family("vgpu_gpu_query_ok", "gauge", "1 when the last NVML queries of the GPU succeeded.");
-  for (const GpuSample& g : s.gpus) e.Sample("vgpu_gpu_query_ok", gpu_labels(g), static_cast<uint64_t>(g.ok ? 1 : 0));
+  e.FamilyOf("hami_host_gpu_memory_used_bytes", "gauge", "GPU device memory used, as NVML reports it (HAMi name).", s.gpus, gpu_labels,
+             [](const GpuSample& g) { return g.memory_used; });
+  e.FamilyOf("hami_host_gpu_utilization_ratio", "gauge", "GPU core utilization in percent, 0-100 (HAMi name and scale).", s.gpus, gpu_labels,
+             [](const GpuSample& g) { return static_cast<uint64_t>(g.utilization); });
+  e.FamilyOf("vgpu_gpu_memory_total_bytes", "gauge", "GPU device memory, total (NVML).", s.gpus, gpu_labels,
+             [](const GpuSample& g) { return g.memory_total; });
+  e.FamilyOf("vgpu_gpu_memory_used_bytes", "gauge", "GPU device memory used by all processes (NVML).", s.gpus, gpu_labels,
+             [](const GpuSample& g) { return g.memory_used; });
+  e.FamilyOf("vgpu_gpu_utilization_ratio", "gauge", "GPU busy fraction over NVML's last sample period, 0..1.", s.gpus, gpu_labels,
+             [](const GpuSample& g) { return g.utilization / 100.0; });
+  e.FamilyOf("vgpu_gpu_processes", "gauge", "Processes holding memory on the GPU (NVML running processes).", s.gpus, gpu_labels,
+             [](const GpuSample& g) { return static_cast<uint64_t>(g.processes.size()); });
+  e.FamilyOf("vgpu_gpu_query_ok", "gauge", "1 when the last NVML queries of the GPU succeeded.", s.gpus, gpu_labels,
+             [](const GpuSample& g) { return static_cast<uint64_t>(g.ok ? 1 : 0); });
 
   auto health_labels = [&](const GpuHealth& h) {
     return Labels{{"node", s.node}, {"device_index", std::to_string(h.index)}, {"device_uuid", h.uuid}};
   };
-  e.Family("vgpu_gpu_healthy", "gauge", "1 healthy, 0 unhealthy (critical XID, double-bit ECC, lost); see docs/node.md.");
-  for (const GpuHealth& h : s.health) e.Sample("vgpu_gpu_healthy", health_labels(h), static_cast<uint64_t>(h.healthy ? 1 : 0));
-  e.Family("vgpu_gpu_health_transitions_total", "counter", "Healthy/unhealthy changes since the daemon started.");
-  for (const GpuHealth& h : s.health) e.Sample("vgpu_gpu_health_transitions_total", health_labels(h), h.transitions);
+  e.FamilyOf("vgpu_gpu_healthy", "gauge", "1 healthy, 0 unhealthy (critical XID, double-bit ECC, lost); see docs/node.md.", s.health, health_labels,
+             [](const GpuHealth& h) { return static_cast<uint64_t>(h.healthy ? 1 : 0); });
+  e.FamilyOf("vgpu_gpu_health_transitions_total", "counter", "Healthy/unhealthy changes since the daemon started.", s.health, health_labels,
+             [](const GpuHealth& h) { return h.transitions; });
   e.Family("vgpu_gpu_xid_errors_total", "counter", "XID events received since the daemon started, by XID.");
   for (const GpuHealth& h : s.health) {
     for (const auto& [xid, n] : h.xids) {
@@ -135,49 +142,49 @@ void RenderContainerDevices(const MetricsSnapshot& s, Exposition& e) {
   auto hami = [](const Row& r) { return HamiLabels(r.c->record, VdeviceIndex(*r.d), r.d->uuid); };
   auto ours = [](const Row& r) { return DeviceLabels(r.c->record, *r.d); };
 
-  e.Family("hami_vgpu_memory_used_bytes", "gauge", "Container device memory used, from its ledger (HAMi name).");
-  for (const Row& r : rows) e.Sample("hami_vgpu_memory_used_bytes", hami(r), r.d->used);
-  e.Family("hami_vgpu_memory_limit_bytes", "gauge", "Container device memory limit, 0 = unlimited (HAMi name).");
-  for (const Row& r : rows) e.Sample("hami_vgpu_memory_limit_bytes", hami(r), r.d->memory_limit);
-  e.Family("hami_container_device_memory_bytes", "gauge", "Container device memory usage (HAMi name; same as hami_vgpu_memory_used_bytes).");
-  for (const Row& r : rows) e.Sample("hami_container_device_memory_bytes", hami(r), r.d->used);
-  e.Family("hami_container_device_utilization_ratio", "gauge", "Container's measured GPU busy share in percent, 0-100 (HAMi name and scale).");
-  for (const Row& r : rows) e.Sample("hami_container_device_utilization_ratio", hami(r), r.d->share_ppm / 10000.0);
+  e.FamilyOf("hami_vgpu_memory_used_bytes", "gauge", "Container device memory used, from its ledger (HAMi name).", rows, hami,
+             [](const Row& r) { return r.d->used; });
+  e.FamilyOf("hami_vgpu_memory_limit_bytes", "gauge", "Container device memory limit, 0 = unlimited (HAMi name).", rows, hami,
+             [](const Row& r) { return r.d->memory_limit; });
+  e.FamilyOf("hami_container_device_memory_bytes", "gauge", "Container device memory usage (HAMi name; same as hami_vgpu_memory_used_bytes).", rows, hami,
+             [](const Row& r) { return r.d->used; });
+  e.FamilyOf("hami_container_device_utilization_ratio", "gauge", "Container's measured GPU busy share in percent, 0-100 (HAMi name and scale).", rows, hami,
+             [](const Row& r) { return r.d->share_ppm / 10000.0; });
 
-  e.Family("vgpu_container_memory_used_bytes", "gauge", "Device memory charged by the container's live processes (allocations + context overhead).");
-  for (const Row& r : rows) e.Sample("vgpu_container_memory_used_bytes", ours(r), r.d->used);
-  e.Family("vgpu_container_memory_limit_bytes", "gauge", "Device memory limit, 0 = unlimited.");
-  for (const Row& r : rows) e.Sample("vgpu_container_memory_limit_bytes", ours(r), r.d->memory_limit);
-  e.Family("vgpu_container_memory_peak_bytes", "gauge", "Highest charge ever admitted on the device.");
-  for (const Row& r : rows) e.Sample("vgpu_container_memory_peak_bytes", ours(r), r.d->peak);
+  e.FamilyOf("vgpu_container_memory_used_bytes", "gauge", "Device memory charged by the container's live processes (allocations + context overhead).", rows, ours,
+             [](const Row& r) { return r.d->used; });
+  e.FamilyOf("vgpu_container_memory_limit_bytes", "gauge", "Device memory limit, 0 = unlimited.", rows, ours,
+             [](const Row& r) { return r.d->memory_limit; });
+  e.FamilyOf("vgpu_container_memory_peak_bytes", "gauge", "Highest charge ever admitted on the device.", rows, ours,
+             [](const Row& r) { return r.d->peak; });
   e.Family("vgpu_container_memory_nvml_bytes", "gauge", "NVML per-process usage summed over the container's known processes (the driver's count).");
   for (const Row& r : rows) {
     const auto it = r.c->nvml_memory.find(r.d->uuid);
     e.Sample("vgpu_container_memory_nvml_bytes", ours(r), it == r.c->nvml_memory.end() ? uint64_t{0} : it->second);
   }
-  e.Family("vgpu_container_compute_share_ratio", "gauge", "Measured GPU busy share of the container's kernels (moving average), 0..1.");
-  for (const Row& r : rows) e.Sample("vgpu_container_compute_share_ratio", ours(r), r.d->share_ppm / 1e6);
-  e.Family("vgpu_container_compute_limit_ratio", "gauge", "Compute limit, 0..1; 0 = unlimited.");
-  for (const Row& r : rows) e.Sample("vgpu_container_compute_limit_ratio", ours(r), Ratio(r.d->sm_limit));
-  e.Family("vgpu_container_compute_soft_limit_ratio", "gauge", "Soft compute limit (burst ceiling), 0..1; 0 = none.");
-  for (const Row& r : rows) e.Sample("vgpu_container_compute_soft_limit_ratio", ours(r), Ratio(r.d->sm_soft_limit));
-  e.Family("vgpu_container_gpu_busy_seconds_total", "counter", "GPU busy time measured for the container's kernels.");
-  for (const Row& r : rows) e.Sample("vgpu_container_gpu_busy_seconds_total", ours(r), r.d->busy_ns / 1e9);
-  e.Family("vgpu_container_throttled_seconds_total", "counter", "Time the compute limiter held the container's launches back.");
-  for (const Row& r : rows) e.Sample("vgpu_container_throttled_seconds_total", ours(r), r.d->throttled_ns / 1e9);
-  e.Family("vgpu_container_oom_refusals_total", "counter", "Allocations refused because they would exceed the memory limit.");
-  for (const Row& r : rows) e.Sample("vgpu_container_oom_refusals_total", ours(r), r.d->oom_refusals);
+  e.FamilyOf("vgpu_container_compute_share_ratio", "gauge", "Measured GPU busy share of the container's kernels (moving average), 0..1.", rows, ours,
+             [](const Row& r) { return r.d->share_ppm / 1e6; });
+  e.FamilyOf("vgpu_container_compute_limit_ratio", "gauge", "Compute limit, 0..1; 0 = unlimited.", rows, ours,
+             [](const Row& r) { return Ratio(r.d->sm_limit); });
+  e.FamilyOf("vgpu_container_compute_soft_limit_ratio", "gauge", "Soft compute limit (burst ceiling), 0..1; 0 = none.", rows, ours,
+             [](const Row& r) { return Ratio(r.d->sm_soft_limit); });
+  e.FamilyOf("vgpu_container_gpu_busy_seconds_total", "counter", "GPU busy time measured for the container's kernels.", rows, ours,
+             [](const Row& r) { return r.d->busy_ns / 1e9; });
+  e.FamilyOf("vgpu_container_throttled_seconds_total", "counter", "Time the compute limiter held the container's launches back.", rows, ours,
+             [](const Row& r) { return r.d->throttled_ns / 1e9; });
+  e.FamilyOf("vgpu_container_oom_refusals_total", "counter", "Allocations refused because they would exceed the memory limit.", rows, ours,
+             [](const Row& r) { return r.d->oom_refusals; });
 
   // Oversubscription (docs/memory.md): host memory the container's spilled allocations hold, a
   // budget of its own, never part of the device figures above.
-  e.Family("vgpu_container_spill_used_bytes", "gauge", "Host memory held by the container's spilled allocations (oversubscription); not part of the device memory.");
-  for (const Row& r : rows) e.Sample("vgpu_container_spill_used_bytes", ours(r), r.d->spilled);
-  e.Family("vgpu_container_spill_limit_bytes", "gauge", "Host spill limit of the device, 0 = the device does not spill.");
-  for (const Row& r : rows) e.Sample("vgpu_container_spill_limit_bytes", ours(r), r.d->host_limit);
-  e.Family("vgpu_container_spill_peak_bytes", "gauge", "Highest host spill ever admitted on the device.");
-  for (const Row& r : rows) e.Sample("vgpu_container_spill_peak_bytes", ours(r), r.d->spill_peak);
-  e.Family("vgpu_container_spill_refusals_total", "counter", "Allocations refused because spilling them would exceed the host spill limit.");
-  for (const Row& r : rows) e.Sample("vgpu_container_spill_refusals_total", ours(r), r.d->spill_refusals);
+  e.FamilyOf("vgpu_container_spill_used_bytes", "gauge", "Host memory held by the container's spilled allocations (oversubscription); not part of the device memory.", rows, ours,
+             [](const Row& r) { return r.d->spilled; });
+  e.FamilyOf("vgpu_container_spill_limit_bytes", "gauge", "Host spill limit of the device, 0 = the device does not spill.", rows, ours,
+             [](const Row& r) { return r.d->host_limit; });
+  e.FamilyOf("vgpu_container_spill_peak_bytes", "gauge", "Highest host spill ever admitted on the device.", rows, ours,
+             [](const Row& r) { return r.d->spill_peak; });
+  e.FamilyOf("vgpu_container_spill_refusals_total", "counter", "Allocations refused because spilling them would exceed the host spill limit.", rows, ours,
+             [](const Row& r) { return r.d->spill_refusals; });
 }
 
 void RenderContainers(const MetricsSnapshot& s, Exposition& e) {
