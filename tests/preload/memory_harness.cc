@@ -188,4 +188,12 @@ Observation MemoryTest::StopObserver() {
   return obs;
 }
 
+MemoryTest::ObservedRun MemoryTest::RunObserved(const std::vector<std::string>& argv, const Env& limits) {
+  StartObserver();
+  ObservedRun observed;
+  observed.run = Run(argv, VgpuEnv(limits));
+  observed.obs = StopObserver();
+  return observed;
+}
+
 }  // namespace vgpu::testing

@@ -99,6 +99,14 @@ class MemoryTest : public ::testing::Test {
   // and returns what it saw. REQUIRES: at most one observer at a time.
   void StartObserver();
   Observation StopObserver();
+  // Runs programs/<argv[0]> under vgpu with `limits` (VgpuEnv, built once the observer runs, so
+  // that the program stops at the hold points) while an observer watches: the program's result
+  // and what the observer saw.
+  struct ObservedRun {
+    RunResult run;
+    Observation obs;
+  };
+  ObservedRun RunObserved(const std::vector<std::string>& argv, const Env& limits);
 
   std::string dir_;
   Env sim_ = {{"VGPU_SIM_MEMORY", "8GiB"}, {"VGPU_SIM_CONTEXT_OVERHEAD", "256MiB"}};

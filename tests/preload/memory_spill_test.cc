@@ -128,9 +128,7 @@ INSTANTIATE_TEST_SUITE_P(Paths, MemorySpillPathTest, ::testing::Values("alloc", 
 // 2. The host limit.
 
 TEST_F(MemorySpillTest, TheHostLimitDefaultsToTheDeviceLimitAndIsRefusedWithALogLine) {
-  StartObserver();
-  const RunResult run = Run({"memory_spill", "fill", "alloc", "64", "4096"}, VgpuEnv(Spilling()));
-  const Observation obs = StopObserver();
+  const auto [run, obs] = RunObserved({"memory_spill", "fill", "alloc", "64", "4096"}, Spilling());
   ASSERT_EQ(run.exit_code, 0) << Describe(run);
   const Transcript t(run);
   SCOPED_TRACE(Describe(run));
@@ -200,9 +198,7 @@ TEST_F(MemorySpillTest, PitchedAllocationsAreRefusedNotSpilled) {
 // 4. Spilled memory stays on the host whatever the application prefetches or advises.
 
 TEST_F(MemorySpillTest, PrefetchAndAdviceNeverBringSpilledMemoryOntoTheGpu) {
-  StartObserver();
-  const RunResult run = Run({"memory_spill", "prefetch"}, VgpuEnv(Spilling()));
-  const Observation obs = StopObserver();
+  const auto [run, obs] = RunObserved({"memory_spill", "prefetch"}, Spilling());
   ASSERT_EQ(run.exit_code, 0) << Describe(run);
   const Transcript t(run);
   SCOPED_TRACE(Describe(run));
@@ -222,9 +218,7 @@ TEST_F(MemorySpillTest, PrefetchAndAdviceNeverBringSpilledMemoryOntoTheGpu) {
 }
 
 TEST_F(MemorySpillTest, BatchPrefetchesNeverBringSpilledMemoryOntoTheGpu) {
-  StartObserver();
-  const RunResult run = Run({"memory_spill", "batch"}, VgpuEnv(Spilling()));
-  const Observation obs = StopObserver();
+  const auto [run, obs] = RunObserved({"memory_spill", "batch"}, Spilling());
   ASSERT_EQ(run.exit_code, 0) << Describe(run);
   const Transcript t(run);
   SCOPED_TRACE(Describe(run));
@@ -299,9 +293,7 @@ TEST_F(MemorySpillTest, WhenTheGpuItselfIsFullAllocationsSpillToo) {
   sim_["VGPU_SIM_MEMORY"] = "1GiB";
   Env env = Spilling("1GiB");
   env["CUDA_DEVICE_MEMORY_LIMIT"] = "4GiB";
-  StartObserver();
-  const RunResult run = Run({"memory_spill", "fill", "alloc", "64", "1536"}, VgpuEnv(env));
-  const Observation obs = StopObserver();
+  const auto [run, obs] = RunObserved({"memory_spill", "fill", "alloc", "64", "1536"}, env);
   ASSERT_EQ(run.exit_code, 0) << Describe(run);
   const Transcript t(run);
   SCOPED_TRACE(Describe(run));

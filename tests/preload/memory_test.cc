@@ -43,9 +43,7 @@ class MemoryPathTest : public MemoryTest, public ::testing::WithParamInterface<P
 TEST_P(MemoryPathTest, RefusedAtTheLimitWithOutOfMemoryAndFreesRestoreTheBudget) {
   const PathCase& param = GetParam();
   const uint64_t limit = 1 * kGiB, overhead = 256 * kMiB;
-  StartObserver();
-  const RunResult run = Run({"memory_paths", param.mode}, VgpuEnv(Limit(limit)));
-  const Observation obs = StopObserver();
+  const auto [run, obs] = RunObserved({"memory_paths", param.mode}, Limit(limit));
   ASSERT_EQ(run.exit_code, 0) << Describe(run);
   const Transcript t(run);
   const uint64_t size = t.U64("allocation_size");
@@ -96,9 +94,7 @@ class MemoryPoolGrowthTest : public MemoryTest, public ::testing::WithParamInter
 TEST_P(MemoryPoolGrowthTest, GrowthLargerThanTheRequestIsWhatCounts) {
   sim_["VGPU_SIM_POOL_CHUNK"] = "96MiB";
   const uint64_t limit = 1 * kGiB, overhead = 256 * kMiB, step = 96 * kMiB;
-  StartObserver();
-  const RunResult run = Run({"memory_paths", GetParam()}, VgpuEnv(Limit(limit)));
-  const Observation obs = StopObserver();
+  const auto [run, obs] = RunObserved({"memory_paths", GetParam()}, Limit(limit));
   ASSERT_EQ(run.exit_code, 0) << Describe(run);
   const Transcript t(run);
   SCOPED_TRACE(Describe(run));
@@ -122,9 +118,7 @@ class MemoryPoolSetupTest : public MemoryTest, public ::testing::WithParamInterf
 TEST_P(MemoryPoolSetupTest, DriverMemoryAppearingAtTheFirstPoolAllocationStillCounts) {
   sim_["VGPU_SIM_POOL_SETUP_MEMORY"] = "70MiB";
   const uint64_t limit = 1 * kGiB, overhead = 256 * kMiB, setup = 70 * kMiB;
-  StartObserver();
-  const RunResult run = Run({"memory_paths", GetParam()}, VgpuEnv(Limit(limit)));
-  const Observation obs = StopObserver();
+  const auto [run, obs] = RunObserved({"memory_paths", GetParam()}, Limit(limit));
   ASSERT_EQ(run.exit_code, 0) << Describe(run);
   const Transcript t(run);
   const uint64_t size = t.U64("allocation_size");
@@ -148,9 +142,7 @@ TEST_P(MemoryPoolReserveTest, ReservationCountsUntilTrimmedOrDestroyedAndReuseIs
   const uint64_t limit = 1 * kGiB, overhead = 256 * kMiB, chunk = 64 * kMiB;
   const uint64_t usable = (limit - overhead) / chunk;  // 12 chunks when exact
   const std::string mode = GetParam();
-  StartObserver();
-  const RunResult run = Run({"memory_pools", mode}, VgpuEnv(Limit(limit)));
-  const Observation obs = StopObserver();
+  const auto [run, obs] = RunObserved({"memory_pools", mode}, Limit(limit));
   ASSERT_EQ(run.exit_code, 0) << Describe(run);
   const Transcript t(run);
   SCOPED_TRACE(Describe(run));
@@ -187,9 +179,7 @@ INSTANTIATE_TEST_SUITE_P(Pools, MemoryPoolReserveTest, ::testing::Values("custom
 
 TEST_F(MemoryTest, TotalsShowTheLimitAndFreeIsWhatCanStillBeAllocated) {
   const uint64_t limit = 1 * kGiB, overhead = 256 * kMiB;
-  StartObserver();
-  const RunResult run = Run({"memory_info", "report"}, VgpuEnv(Limit(limit)));
-  const Observation obs = StopObserver();
+  const auto [run, obs] = RunObserved({"memory_info", "report"}, Limit(limit));
   ASSERT_EQ(run.exit_code, 0) << Describe(run);
   const Transcript t(run);
   SCOPED_TRACE(Describe(run));
@@ -283,9 +273,7 @@ TEST_F(MemoryTest, ContextLargerThanTheLimitLeavesNothingFree) {
 TEST_F(MemoryTest, PinnedHostMemoryIsNotCharged) {
   sim_["VGPU_SIM_CONTEXT_OVERHEAD"] = "64MiB";
   const uint64_t limit = 512 * kMiB, overhead = 64 * kMiB, chunk = 64 * kMiB;
-  StartObserver();
-  const RunResult run = Run({"memory_info", "host"}, VgpuEnv(Limit(limit)));
-  const Observation obs = StopObserver();
+  const auto [run, obs] = RunObserved({"memory_info", "host"}, Limit(limit));
   ASSERT_EQ(run.exit_code, 0) << Describe(run);
   const Transcript t(run);
   SCOPED_TRACE(Describe(run));
@@ -318,9 +306,7 @@ TEST_F(MemoryTest, FailedFreesGiveNoBudgetBack) {
   const uint64_t limit = 1 * kGiB, overhead = 256 * kMiB, chunk = 64 * kMiB;
   const RunResult native = Run({"memory_frees", "misuse"}, SimEnv());
   ASSERT_EQ(native.exit_code, 0) << Describe(native);
-  StartObserver();
-  const RunResult run = Run({"memory_frees", "misuse"}, VgpuEnv(Limit(limit)));
-  const Observation obs = StopObserver();
+  const auto [run, obs] = RunObserved({"memory_frees", "misuse"}, Limit(limit));
   ASSERT_EQ(run.exit_code, 0) << Describe(run);
   const Transcript t(run);
   SCOPED_TRACE(Describe(run));
@@ -337,9 +323,7 @@ TEST_F(MemoryTest, FailedFreesGiveNoBudgetBack) {
 // cuMemUnmap), so releasing the handle must not release the charge either.
 TEST_F(MemoryTest, VmmMemoryStaysChargedWhileMappedAfterItsHandleIsReleased) {
   const uint64_t limit = 1 * kGiB, overhead = 256 * kMiB, chunk = 64 * kMiB;
-  StartObserver();
-  const RunResult run = Run({"memory_frees", "vmm_mapped"}, VgpuEnv(Limit(limit)));
-  const Observation obs = StopObserver();
+  const auto [run, obs] = RunObserved({"memory_frees", "vmm_mapped"}, Limit(limit));
   ASSERT_EQ(run.exit_code, 0) << Describe(run);
   const Transcript t(run);
   SCOPED_TRACE(Describe(run));
@@ -388,9 +372,7 @@ TEST_F(MemoryTest, ProcessesOnOneLedgerShareTheLimit) {
 
 TEST_F(MemoryTest, ThreadsOfOneProcessShareTheLimit) {
   const uint64_t limit = 1 * kGiB, overhead = 256 * kMiB, chunk = 64 * kMiB;
-  StartObserver();
-  const RunResult run = Run({"memory_procs", "threads", "8", "64"}, VgpuEnv(Limit(limit)));
-  const Observation obs = StopObserver();
+  const auto [run, obs] = RunObserved({"memory_procs", "threads", "8", "64"}, Limit(limit));
   ASSERT_EQ(run.exit_code, 0) << Describe(run);
   const Transcript t(run);
   SCOPED_TRACE(Describe(run));
@@ -563,9 +545,7 @@ TEST_P(MemoryMultiGpuTest, ReorderedDevicesGetTheirOwnLimits) {
   const uint64_t overhead = 256 * kMiB, chunk = 64 * kMiB;
   Env limits = {{"CUDA_DEVICE_MEMORY_LIMIT_0", "1GiB"}, {"CUDA_DEVICE_MEMORY_LIMIT_1", "2GiB"}};
   for (const auto& [k, v] : GetParam().env) limits[k] = v;
-  StartObserver();
-  const RunResult run = Run({"memory_multi", "fill"}, VgpuEnv(limits));
-  const Observation obs = StopObserver();
+  const auto [run, obs] = RunObserved({"memory_multi", "fill"}, limits);
   ASSERT_EQ(run.exit_code, 0) << Describe(run);
   const Transcript t(run);
   SCOPED_TRACE(Describe(run));
