@@ -72,10 +72,33 @@ int64_t Controller::AdmitDelayNs(int64_t now) {
   int64_t debt = state_->vclock_ns.load(kRelaxed) - now;
   const int64_t other_turn = other_turn_ns_.load(kRelaxed);
   const bool sharing = other_turn != 0 && now - other_turn < options_.turn_recent_ns;
-  if (debt > (sharing ? options_.turn_admit_ahead_ns : options_.admit_ahead_ns)) {
-    return std::min(debt, options_.max_sleep_ns);
+  int64_t tolerated = sharing ? options_.turn_admit_ahead_ns : options_.admit_ahead_ns;
+  if (Slicing()) {
+    if (in_slice_.load(kRelaxed)) tolerated = std::max(tolerated, SliceDebtNs());
+    if (debt > tolerated) {
+      if (in_slice_.load(kRelaxed)) in_slice_.store(false, kRelaxed);  // rest until it is paid
+    } else if (!in_slice_.load(kRelaxed)) {
+      in_slice_.store(true, kRelaxed);
+    }
   }
+  if (debt > tolerated) return std::min(debt, options_.max_sleep_ns);
   return TurnDelayNs(now);
+}
+
+// Slices apply to a hard limit: not while yielding (the yield is at once), and not to a container
+// with a soft limit, whose neighbours come and go: beside a neighbour that does not take turns,
+// a long run time-slices with it and its events count the neighbour's work too (on the H200 a
+// sliced 30% container beside an unlimited one got 11%; short bursts fit in the GPU's own
+// time slices and do not).
+bool Controller::Slicing() const {
+  return options_.period_ns > 0 && state_->mode.load(kRelaxed) != static_cast<uint32_t>(Mode::kYield) &&
+         soft_ppm_.load(kRelaxed) <= hard_ppm_.load(kRelaxed) && CurrentRatePpm() < kFullShare;
+}
+
+// The debt a slice may run up: (1 - rate) * period.
+int64_t Controller::SliceDebtNs() const {
+  if (!Slicing()) return 0;
+  return options_.period_ns * (kFullShare - CurrentRatePpm()) / kFullShare;  // period <= max_debt: no overflow
 }
 
 // --- Turns ---------------------------------------------------------------------------------
@@ -125,7 +148,11 @@ int64_t Controller::TurnDelayNs(int64_t now) {
     turn_wait_since_.store(now, kRelaxed);
     since = now;
   }
-  const int64_t left = options_.max_turn_wait_ns - (now - since);
+  // With slices, a neighbour's run lasts its share of its period: wait for it whole (runs that
+  // overlap time-slice, and each one's events then count the other's work).
+  const int64_t max_wait = Slicing() ? std::max(options_.max_turn_wait_ns, options_.period_ns)
+                                     : options_.max_turn_wait_ns;
+  const int64_t left = max_wait - (now - since);
   if (left <= 0) return 0;  // waited long enough: go (the wait restarts at the next burst)
   return std::min(until - now, left);
 }
@@ -263,9 +290,12 @@ Controller::Sample Controller::TakeSample(int64_t now, int64_t dt, uint64_t busy
 // window) and settled.
 void Controller::UpdateCorrection(const Sample& sample, Mode mode, int64_t now) {
   int32_t target = TargetPpm(mode);
-  if (mode == Mode::kYield || target >= kFullShare) {
+  if (mode == Mode::kYield || target >= kFullShare || Slicing()) {
+    // Nothing to correct: yielding, or no limit. With slices, every sensor's average ripples
+    // with them (its value depends on where in a period it is read, and a measurement starts
+    // with a run); the budget clock alone holds a saturating container's share.
     state_->rate_ppm.store(static_cast<uint32_t>(target), kRelaxed);
-    return;  // nothing to correct: yielding, or no limit
+    return;
   }
   // The sensor: the reference share when there is one, else the event-measured share averaged
   // over share_window_ns. (Not the per-period event sample: a long kernel lands in one period,

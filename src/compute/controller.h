@@ -31,6 +31,11 @@
 //   be in flight (GpuTurn::until_ns, at most max_turn_wait_ns per burst), and every launch
 //   extends the claim by its estimate. While another process took a turn recently, bursts are
 //   longer (turn_admit_ahead_ns): fewer hand-overs, each of which leaves the GPU idle ~0.1 ms.
+//   Slices (period_ns > 0). A process that was admitted keeps being admitted until the debt
+//   reaches (1 - rate) * period_ns, then waits until it is back within admit_ahead_ns: the
+//   container runs share * period and rests the rest of each period. Only under a hard limit
+//   without a soft one (see Slicing()). The feedback is off: a sensor's average ripples with the
+//   slices, and the budget clock alone is exact for a saturating container.
 //   Modes. Hard: target = hard limit. Soft: target = soft limit, entered once OthersBusy() has
 //   stayed below others_idle_ppm for soft_hold_ns, left as soon as it rises. Yield: a container of
 //   a higher priority bucket beat its heartbeat within heartbeat_expiry_ns; target = yield_ppm,
@@ -105,6 +110,12 @@ struct ControllerOptions {
                                                 // turn within turn_recent_ns
   int64_t turn_recent_ns = 200'000'000;
   int64_t max_turn_wait_ns = 20'000'000;        // a burst waits at most this long for others
+  // > 0: slices. Once admitted, work runs until the container owes (1 - share) * period_ns,
+  // then rests until the debt is paid: on ~share * period, off ~(1 - share) * period. Long
+  // slices let the GPU's power management see the container's load as it would natively (a
+  // power-capped workload then gains no clock boost from the rests); the price is latency.
+  // Hard limits only: not while yielding, not with a soft limit. 0: bursts of admit_ahead_ns.
+  int64_t period_ns = 0;
 };
 
 // What the controller currently does, for tests, logs and `vgpu top`.
@@ -170,6 +181,8 @@ class Controller {
   bool TakesTurns() const;
   uint64_t TurnToken(int64_t now);
   int64_t TurnDelayNs(int64_t now);
+  bool Slicing() const;
+  int64_t SliceDebtNs() const;
 
   ComputeShareState* const state_;
   PriorityBoard* const board_;
@@ -184,6 +197,7 @@ class Controller {
   std::atomic<int64_t> other_turn_ns_{0};  // last time another process held the turn
   std::atomic<int64_t> turn_wait_since_{0};  // start of the current wait for others, 0 = none
   std::atomic<int64_t> claimed_until_{0};  // this process's claim, ahead of the published one
+  std::atomic<bool> in_slice_{false};      // slices: admitted since the last rest
 };
 
 }  // namespace vgpu::compute

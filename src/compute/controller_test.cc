@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 namespace vgpu::compute {
 namespace {
@@ -327,6 +328,99 @@ TEST(ControllerTest, WithoutReferenceTheRateStaysWithinTheHeadroomBound) {
 
 // --- Turns ---------------------------------------------------------------------------------
 
+// A saturating process under `options`: launches 1 ms kernels whenever admitted (busy, measured
+// exactly) and sleeps what it is told otherwise. Returns the lengths of its runs and rests after
+// `warmup` (the first and the last one, cut by the window, dropped) and its busy share.
+struct SliceTrace {
+  std::vector<int64_t> runs;
+  std::vector<int64_t> rests;
+  double share = 0;
+};
+
+SliceTrace RunSaturating(Controller& c, int64_t warmup, int64_t end) {
+  SliceTrace trace;
+  int64_t t = kStart;
+  int64_t busy = 0;
+  bool running = false;
+  int64_t since = t;
+  auto flip = [&](bool now_running) {
+    if (now_running == running) return;
+    if (since > kStart + warmup) (running ? trace.runs : trace.rests).push_back(t - since);
+    running = now_running;
+    since = t;
+  };
+  while (t < kStart + end) {
+    int64_t wait = c.AdmitDelayNs(t);
+    flip(wait == 0);
+    if (wait == 0) {
+      c.Charge(1 * kMs, t);
+      c.AddMeasured(1 * kMs);
+      t += 1 * kMs;
+      if (t > kStart + warmup) busy += 1 * kMs;
+    } else {
+      t += wait;
+    }
+  }
+  if (!trace.runs.empty()) trace.runs.erase(trace.runs.begin());
+  if (!trace.rests.empty()) trace.rests.erase(trace.rests.begin());
+  trace.share = static_cast<double>(busy) / static_cast<double>(end - warmup);
+  return trace;
+}
+
+TEST(ControllerSliceTest, WithoutAPeriodBurstsAreShort) {
+  ComputeShareState state{};
+  Controller c(&state, nullptr, nullptr, ControllerOptions(), Limits(30));
+  SliceTrace trace = RunSaturating(c, 1 * kSec, 5 * kSec);
+  ASSERT_FALSE(trace.runs.empty());
+  EXPECT_LE(*std::max_element(trace.runs.begin(), trace.runs.end()), 2 * kMs);
+  EXPECT_NEAR(trace.share, 0.30, 0.01);
+}
+
+TEST(ControllerSliceTest, SlicesRunTheShareOfEachPeriodAndRestTheRest) {
+  for (int limit : {10, 30, 60, 90}) {
+    SCOPED_TRACE(limit);
+    ComputeShareState state{};
+    ControllerOptions options;
+    options.period_ns = 1 * kSec;
+    Controller c(&state, nullptr, nullptr, options, Limits(limit));
+    SliceTrace trace = RunSaturating(c, 2 * kSec, 12 * kSec);
+    ASSERT_GE(trace.runs.size(), 5u);
+    ASSERT_GE(trace.rests.size(), 5u);
+    // Within 1% of the period (the last 1 ms kernel of a run overshoots the slice's debt).
+    for (int64_t run : trace.runs) EXPECT_NEAR(run, limit * 10 * kMs, 10 * kMs);
+    for (int64_t rest : trace.rests) EXPECT_NEAR(rest, (100 - limit) * 10 * kMs, 10 * kMs);
+    EXPECT_NEAR(trace.share, limit / 100.0, 0.005);
+  }
+}
+
+TEST(ControllerSliceTest, ASoftLimitTurnsSlicesOff) {
+  ComputeShareState state{};
+  ControllerOptions options;
+  options.period_ns = 1 * kSec;
+  Controller c(&state, nullptr, nullptr, options, Limits(30, 80));  // hard mode: others unknown
+  SliceTrace trace = RunSaturating(c, 1 * kSec, 5 * kSec);
+  ASSERT_FALSE(trace.runs.empty());
+  EXPECT_LE(*std::max_element(trace.runs.begin(), trace.runs.end()), 2 * kMs);
+}
+
+TEST(ControllerSliceTest, AYieldEndsASliceAtOnce) {
+  ComputeShareState state{};
+  PriorityBoard board{};
+  ControllerOptions options;
+  options.period_ns = 1 * kSec;
+  Controller c(&state, &board, nullptr, options, Limits(30, 0, 1));
+  int64_t t = kStart;
+  c.AdmitDelayNs(t);
+  state.vclock_ns.store(t);
+  c.Charge(100 * kMs, t);  // 333 ms of debt: well inside a slice (700 ms)
+  t += 100 * kMs;
+  ASSERT_EQ(c.AdmitDelayNs(t), 0);
+  board.heartbeat_ns[0].store(t);  // a high-priority container starts
+  t += options.update_period_ns;
+  EXPECT_GT(c.AdmitDelayNs(t), 0);
+  EXPECT_EQ(c.Snapshot(t).mode, Mode::kYield);
+}
+
 // Two limited processes (separate containers) on one GPU, sharing its GpuTurn.
 struct TurnPair {
   ComputeShareState state_a{};
@@ -384,6 +478,23 @@ TEST(ControllerTurnTest, TheWaitForOthersIsBounded) {
   p.b.ClaimTurn(100 * kUs, now);
   EXPECT_NE(p.turn.holder.load(), 12345u);
   EXPECT_EQ(p.turn.until_ns.load(), kStart + 10 * kSec + 100 * kUs);  // queued behind the claim
+}
+
+TEST(ControllerTurnTest, WithSlicesTheWaitForOthersLastsUpToAPeriod) {
+  ControllerOptions options;
+  options.period_ns = 500 * kMs;  // a neighbour's run lasts up to its share of a period
+  TurnPair p(options);
+  p.turn.holder.store(12345);
+  p.turn.until_ns.store(kStart + 10 * kSec);
+  int64_t now = kStart;
+  int64_t waited = 0;
+  for (int i = 0; i < 1000; ++i) {
+    int64_t wait = p.b.AdmitDelayNs(now);
+    if (wait == 0) break;
+    waited += wait;
+    now += wait;
+  }
+  EXPECT_EQ(waited, options.period_ns);
 }
 
 TEST(ControllerTurnTest, BurstsAreLongerWhileOthersTakeTurns) {

@@ -41,6 +41,7 @@ struct PairSetup {
   bool reference = false;     // NVML per-process utilisation as the feedback's sensor
   bool turns = true;          // the containers take turns (GpuTurn)
   int64_t switch_ns = 0;      // GPU time lost per context switch
+  int64_t period_ns = 0;      // slices (VGPU_COMPUTE_PERIOD)
 };
 
 Pair TwoContainers(const PairSetup& setup) {
@@ -50,16 +51,20 @@ Pair TwoContainers(const PairSetup& setup) {
   ContainerSpec at30 = Container(30, 0, 1, setup.reference);
   ContainerSpec at60 = Container(60, 0, 1, setup.reference);
   at30.controller.take_turns = at60.controller.take_turns = setup.turns;
+  at30.controller.period_ns = at60.controller.period_ns = setup.period_ns;
   int a = sim.AddContainer(at30);
   int b = sim.AddContainer(at60);
   sim.AddThread(sim.AddProcess(a), Saturating(setup.kernel_ns));
   sim.AddThread(sim.AddProcess(b), Saturating(setup.kernel_ns));
-  sim.RunUntil(6 * kSec);
-  Pair p{100 * sim.ContainerShare(a, 2 * kSec, 6 * kSec), 100 * sim.ContainerShare(b, 2 * kSec, 6 * kSec)};
-  std::printf("containers at 30 and 60, %ld us kernels, reference %d, turns %d, switch %ld us: %.1f and %.1f "
-              "(GPU busy %.1f)\n",
+  // Slices: whole periods weigh the same in the average only over many of them.
+  const int64_t end = setup.period_ns > 0 ? 42 * kSec : 6 * kSec;
+  sim.RunUntil(end);
+  Pair p{100 * sim.ContainerShare(a, 2 * kSec, end), 100 * sim.ContainerShare(b, 2 * kSec, end)};
+  std::printf("containers at 30 and 60, %ld us kernels, reference %d, turns %d, switch %ld us, period %ld ms: "
+              "%.1f and %.1f (GPU busy %.1f)\n",
               static_cast<long>(setup.kernel_ns / kUs), setup.reference, setup.turns,
-              static_cast<long>(setup.switch_ns / kUs), p.a, p.b, 100 * sim.DeviceShare(2 * kSec, 6 * kSec));
+              static_cast<long>(setup.switch_ns / kUs), static_cast<long>(setup.period_ns / kMs), p.a, p.b,
+              100 * sim.DeviceShare(2 * kSec, end));
   return p;
 }
 
@@ -74,6 +79,14 @@ TEST(SharingTest, TwoContainersAt30And60EachGetTheirShare) {
       EXPECT_NEAR(p.a, 30, 3) << kernel << " " << switch_ns;
       EXPECT_NEAR(p.b, 60, 3) << kernel << " " << switch_ns;
     }
+  }
+}
+
+TEST(SharingTest, TwoContainersInSlicesEachGetTheirShare) {
+  for (int64_t kernel : {50 * kUs, 2 * kMs}) {
+    Pair p = TwoContainers({.kernel_ns = kernel, .switch_ns = kH200SwitchNs, .period_ns = 1 * kSec});
+    EXPECT_NEAR(p.a, 30, 3) << kernel;
+    EXPECT_NEAR(p.b, 60, 3) << kernel;
   }
 }
 
@@ -159,6 +172,25 @@ void CheckPriority(int low_limit, int64_t kernel_ns, double expect_low) {
 TEST(SharingTest, LowPriorityYieldsWithin100MsAndRecovers) {
   CheckPriority(30, 50 * kUs, 30);
   CheckPriority(30, 2 * kMs, 30);
+}
+
+// In slices of 1 s, the high-priority container starts in the middle of a run (1.9-2.2 s): the
+// run ends at once. (Over the 2 s before and after, slices leave their phase in the average:
+// +-5 points.)
+TEST(SharingTest, LowPriorityInSlicesYieldsWithin100Ms) {
+  Simulation sim;
+  ContainerSpec low_spec = Container(30, 0, 1);
+  low_spec.controller.period_ns = 1 * kSec;
+  int low = sim.AddContainer(low_spec);
+  int high = sim.AddContainer(Container(50, 0, 0));
+  sim.AddThread(sim.AddProcess(low), Saturating(50 * kUs, 1900 * kMs));
+  sim.AddThread(sim.AddProcess(high), Saturating(50 * kUs, 2 * kSec, 4 * kSec));
+  sim.RunUntil(6 * kSec);
+  EXPECT_GT(100 * sim.ContainerShare(low, 1900 * kMs, 2 * kSec), 90);  // it was running
+  for (int64_t t = 2100 * kMs; t < 4 * kSec; t += 50 * kMs) {
+    ASSERT_LE(100 * sim.ContainerShare(low, t, t + 50 * kMs), 5.0) << t / kMs << " ms";
+  }
+  EXPECT_GT(100 * sim.ContainerShare(low, 4300 * kMs, 6 * kSec), 20);  // and recovers
 }
 
 TEST(SharingTest, UnlimitedLowPriorityContainerYieldsToo) { CheckPriority(0, 100 * kUs, 100); }
