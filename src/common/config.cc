@@ -156,6 +156,25 @@ bool ParseBoolValue(std::string_view raw, bool* out, std::string* reason) {
   return true;
 }
 
+// VGPU_COMPUTE_PERIOD: 0/off, or a duration within what the controller's debt bound allows.
+constexpr int64_t kMinPeriodMs = 10;
+constexpr int64_t kMaxPeriodMs = 5'000;
+
+bool ParsePeriod(std::string_view raw, int64_t* out, std::string* reason) {
+  const std::string_view s = Trim(raw);
+  if (s == "0" || internal::EqualsIgnoreCase(s, "off")) {
+    *out = 0;
+    return true;
+  }
+  const std::optional<int64_t> ms = ParseDurationMs(s);
+  if (!ms || *ms < kMinPeriodMs || *ms > kMaxPeriodMs) {
+    *reason = "expected a duration from 10ms to 5s, such as 500ms or 1s (or 0/off for no slices)";
+    return false;
+  }
+  *out = *ms;
+  return true;
+}
+
 bool ParsePolicy(std::string_view raw, CorePolicy* out, std::string* reason) {
   const std::string_view s = Trim(raw);
   for (CorePolicy policy : {CorePolicy::kDefault, CorePolicy::kForce, CorePolicy::kDisable}) {
@@ -500,6 +519,9 @@ std::optional<Source<CorePolicy>> ReadScalars(DialectReader& reader, Config* con
   if (auto turns = reader.ReadOne("VGPU_COMPUTE_TURNS", ParseBoolValue)) {
     config->compute_turns = turns->value;
   }
+  if (auto period = reader.ReadOne("VGPU_COMPUTE_PERIOD", ParsePeriod)) {
+    config->compute_period_ms = period->value;
+  }
   if (auto uuids = reader.ReadOne("GPU_DEVICES_UUID", ParseUuidList)) {
     config->device_uuids = std::move(uuids->value);
   }
@@ -714,6 +736,9 @@ std::string Config::Describe() const {
   if (!shared_cache_path.empty()) AppendLine(&out, "ledger", shared_cache_path);
   if (!board_path.empty()) AppendLine(&out, "board", board_path);
   if (!compute_turns) AppendLine(&out, "compute turns", "off");
+  if (compute_period_ms != 0) {
+    AppendLine(&out, "compute period", std::to_string(compute_period_ms) + " ms (slices)");
+  }
   for (size_t i = 0; i < device_uuids.size(); ++i) {
     AppendLine(&out, "device " + std::to_string(i) + " uuid", device_uuids[i]);
   }

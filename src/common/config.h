@@ -15,6 +15,7 @@
 //   ledger path           CUDA_DEVICE_MEMORY_SHARED_CACHE
 //   node-wide board path  VGPU_BOARD (priorities; docs/compute.md)
 //   compute turns         VGPU_COMPUTE_TURNS (boolean, default true; docs/compute.md, "Turns")
+//   compute period        VGPU_COMPUTE_PERIOD (duration 10ms..5s, or 0/off; docs/compute.md, "Slices")
 //   device UUIDs          -                                             GPU_DEVICES_UUID (comma-separated)
 //   log level             LIBCUDA_LOG_LEVEL (0..5)                      LOGGER_LEVEL (0..5, vcuda scale)
 //   pass-through          CUDA_DISABLE_CONTROL
@@ -27,6 +28,7 @@
 //   percents   whole numbers 0..100, optional '%'. For hard limits 0 and 100 both mean "no limit"
 //              (HAMi-core semantics); a soft limit of 0 means "none".
 //   booleans   see ParseBool.
+//   durations  see ParseDurationMs ("500ms", "1s"); VGPU_COMPUTE_PERIOD also takes 0 or off.
 //   Empty values count as unset. Surrounding whitespace is ignored.
 //
 // Error policy: every malformed or out-of-range value, every out-of-range device index and every
@@ -103,6 +105,7 @@ struct Config {
   std::string shared_cache_path;          // absolute; empty = default chosen by the ledger
   std::string board_path;                 // VGPU_BOARD, absolute; empty = ledger::kDefaultBoardPath
   bool compute_turns = true;              // VGPU_COMPUTE_TURNS: limited processes take turns on a GPU
+  int64_t compute_period_ms = 0;          // VGPU_COMPUTE_PERIOD: slices of this period, 0 = none
   std::vector<std::string> device_uuids;  // GPU_DEVICES_UUID, in CUDA ordinal order, validated
   LogLevel log_level = LogLevel::kError;  // default: errors only
 
@@ -181,6 +184,10 @@ std::optional<int> ParsePercent(std::string_view text);
 // true/false/1/0/yes/no/on/off/t/f (case-insensitive, surrounding whitespace ignored).
 // nullopt when malformed.
 std::optional<bool> ParseBool(std::string_view text);
+
+// Milliseconds from "500ms", "2s", "10m" or "1h": whole numbers with a unit (required).
+// nullopt when malformed, negative or above a year.
+std::optional<int64_t> ParseDurationMs(std::string_view text);
 
 // "4 GiB", "512 MiB", "1.50 GiB", "123 B" — for messages. Exact multiples print without a
 // fraction; otherwise two decimals, rounded down (so 1 GiB - 1 prints "1023.99 MiB").

@@ -168,6 +168,11 @@ std::vector<ValidCase> ValidCases() {
       {"CUDA_OVERSUBSCRIBE", {{"CUDA_OVERSUBSCRIBE", "true"}}, [](const Config& c) { EXPECT_TRUE(c.oversubscribe); }},
       {"turns by default", {}, [](const Config& c) { EXPECT_TRUE(c.compute_turns); }},
       {"VGPU_COMPUTE_TURNS off", {{"VGPU_COMPUTE_TURNS", "false"}}, [](const Config& c) { EXPECT_FALSE(c.compute_turns); }},
+      {"no slices by default", {}, [](const Config& c) { EXPECT_EQ(c.compute_period_ms, 0); }},
+      {"VGPU_COMPUTE_PERIOD 1s", {{"VGPU_COMPUTE_PERIOD", "1s"}}, [](const Config& c) { EXPECT_EQ(c.compute_period_ms, 1000); }},
+      {"VGPU_COMPUTE_PERIOD 250ms", {{"VGPU_COMPUTE_PERIOD", " 250ms "}}, [](const Config& c) { EXPECT_EQ(c.compute_period_ms, 250); }},
+      {"VGPU_COMPUTE_PERIOD off", {{"VGPU_COMPUTE_PERIOD", "off"}}, [](const Config& c) { EXPECT_EQ(c.compute_period_ms, 0); }},
+      {"VGPU_COMPUTE_PERIOD 0", {{"VGPU_COMPUTE_PERIOD", "0"}}, [](const Config& c) { EXPECT_EQ(c.compute_period_ms, 0); }},
       {"CUDA_MEMORY_OVERSUBSCRIBE", {{"CUDA_MEMORY_OVERSUBSCRIBE", "1"}}, [](const Config& c) { EXPECT_TRUE(c.oversubscribe); }},
       {"oversubscription spills as much as the memory limit by default",
        {{"CUDA_OVERSUBSCRIBE", "true"}, {"CUDA_DEVICE_MEMORY_LIMIT", "1g"}, {"CUDA_DEVICE_MEMORY_LIMIT_1", "2g"}},
@@ -314,6 +319,11 @@ std::vector<BadCase> BadCases() {
       {{{"CUDA_CORE_SOFT_LIMIT_2", "101"}}, "CUDA_CORE_SOFT_LIMIT_2", "above 100"},
       {{{"CUDA_OVERSUBSCRIBE", "maybe"}}, "CUDA_OVERSUBSCRIBE", "true or false"},
       {{{"VGPU_COMPUTE_TURNS", "sometimes"}}, "VGPU_COMPUTE_TURNS", "true or false"},
+      {{{"VGPU_COMPUTE_PERIOD", "1"}}, "VGPU_COMPUTE_PERIOD", "from 10ms to 5s"},
+      {{{"VGPU_COMPUTE_PERIOD", "5ms"}}, "VGPU_COMPUTE_PERIOD", "from 10ms to 5s"},
+      {{{"VGPU_COMPUTE_PERIOD", "10s"}}, "VGPU_COMPUTE_PERIOD", "from 10ms to 5s"},
+      {{{"VGPU_COMPUTE_PERIOD", "1.5s"}}, "VGPU_COMPUTE_PERIOD", "from 10ms to 5s"},
+      {{{"VGPU_COMPUTE_PERIOD", "-1s"}}, "VGPU_COMPUTE_PERIOD", "from 10ms to 5s"},
       {{{"CUDA_MEMORY_OVERSUBSCRIBE", "2"}}, "CUDA_MEMORY_OVERSUBSCRIBE", "true or false"},
       {{{"CUDA_OVERSUBSCRIBE_HOST_LIMIT", "4GiB"}}, "CUDA_OVERSUBSCRIBE_HOST_LIMIT", "needs memory oversubscription"},
       {{{"CUDA_DISABLE_CONTROL", "yes please"}}, "CUDA_DISABLE_CONTROL", "true or false"},
@@ -601,6 +611,13 @@ TEST(DescribeTest, TurnsOffIsListed) {
   ASSERT_TRUE(result.ok()) << Messages(result.errors);
   ExpectContainsLine(result.config.Describe(), "compute turns: off");
   EXPECT_EQ(Parse({}).config.Describe().find("compute turns"), std::string::npos);
+}
+
+TEST(DescribeTest, ComputePeriodIsListed) {
+  const ConfigResult result = Parse({{"VGPU_COMPUTE_PERIOD", "1s"}});
+  ASSERT_TRUE(result.ok()) << Messages(result.errors);
+  ExpectContainsLine(result.config.Describe(), "compute period: 1000 ms (slices)");
+  EXPECT_EQ(Parse({}).config.Describe().find("compute period"), std::string::npos);
 }
 
 TEST(DescribeTest, HostSpillLimit) {

@@ -185,6 +185,32 @@ std::optional<bool> ParseBool(std::string_view text) {
   return std::nullopt;
 }
 
+std::optional<int64_t> ParseDurationMs(std::string_view text) {
+  const std::string_view s = Trim(text);
+  size_t digits = 0;
+  while (digits < s.size() && IsDigit(s[digits])) ++digits;
+  constexpr uint64_t kYearMs = 366ULL * 24 * 3'600'000;
+  uint64_t value = 0;
+  if (digits == 0 || internal::ParseUint(s.substr(0, digits), kYearMs, &value) != internal::UintStatus::kOk) {
+    return std::nullopt;
+  }
+  const std::string_view unit = s.substr(digits);
+  uint64_t scale = 0;
+  if (unit == "ms") {
+    scale = 1;
+  } else if (unit == "s") {
+    scale = 1'000;
+  } else if (unit == "m") {
+    scale = 60'000;
+  } else if (unit == "h") {
+    scale = 3'600'000;
+  } else {
+    return std::nullopt;
+  }
+  if (value > kYearMs / scale) return std::nullopt;
+  return static_cast<int64_t>(value * scale);
+}
+
 std::string FormatSize(uint64_t bytes) {
   static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
   int unit = 0;

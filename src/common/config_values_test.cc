@@ -1,5 +1,5 @@
 // Unit tests for the value syntax shared by every dialect: ParseSize, FormatSize, ParsePercent,
-// ParseBool (config_values.cc).
+// ParseBool, ParseDurationMs (config_values.cc).
 
 #include <gtest/gtest.h>
 
@@ -173,6 +173,17 @@ TEST(ParseBoolTest, Table) {
       {"maybe", std::nullopt}, {"2", std::nullopt}, {"truee", std::nullopt}, {"yes please", std::nullopt},
   };
   for (const auto& [text, expected] : cases) EXPECT_EQ(ParseBool(text), expected) << text;
+}
+
+TEST(ParseDurationMsTest, Table) {
+  const std::pair<const char*, std::optional<int64_t>> cases[] = {
+      {"500ms", 500},          {"2s", 2'000},          {" 1s ", 1'000},       {"10m", 600'000},
+      {"1h", 3'600'000},       {"0ms", 0},             {"5", std::nullopt},   {"-1s", std::nullopt},
+      {"1.5s", std::nullopt},  {"", std::nullopt},     {"s", std::nullopt},   {"1 s", std::nullopt},
+      {"1S", std::nullopt},    {"2d", std::nullopt},   {"8000h", 8000LL * 3'600'000},
+      {"9000h", std::nullopt}, {"99999999999999999999ms", std::nullopt},
+  };
+  for (const auto& [text, expected] : cases) EXPECT_EQ(ParseDurationMs(text), expected) << text;
 }
 
 }  // namespace

@@ -67,6 +67,7 @@ struct Registry {
 // Constant after InitForCuInit (set before g_compute_enabled is published).
 bool g_priorities = false;            // CUDA_TASK_PRIORITY given: unlimited devices get a limiter too
 bool g_turns = true;                  // VGPU_COMPUTE_TURNS
+int64_t g_period_ns = 0;              // VGPU_COMPUTE_PERIOD (0: no slices)
 ledger::Board* g_board = nullptr;     // the node-wide board, or nullptr (priorities then inactive)
 
 alignas(Registry) unsigned char g_registry_storage[sizeof(Registry)];
@@ -131,11 +132,13 @@ DeviceLimiter* CreateLocked(Registry& r, int device, CUcontext ctx) {
   }
   compute::ControllerOptions options;
   options.take_turns = g_turns;
+  options.period_ns = g_period_ns;
   auto* created = new (std::nothrow) DeviceLimiter(device, ledger->ComputeState(device), LimitsOf(*ledger, device),
                                                    ctx, uuid, board, turn, options);
   if (created == nullptr) return nullptr;
-  VGPU_INFO("compute limit %d%% (soft %d%%, priority %d) on ledger device %d (%s)", ledger->SmLimit(device),
-            ledger->SmSoftLimit(device), ledger->TaskPriority(), device, uuid.c_str());
+  VGPU_INFO("compute limit %d%% (soft %d%%, priority %d, slices of %lld ms) on ledger device %d (%s)",
+            ledger->SmLimit(device), ledger->SmSoftLimit(device), ledger->TaskPriority(),
+            static_cast<long long>(g_period_ns / 1'000'000), device, uuid.c_str());
   r.limiters[device].store(created, std::memory_order_release);
   r.state[device].store(kLimited, std::memory_order_release);
   StartMonitorLocked(r);
@@ -310,6 +313,7 @@ void InitForCuInit() {
     }
     g_priorities = priorities;
     g_turns = runtime.config.compute_turns;
+    g_period_ns = runtime.config.compute_period_ms * 1'000'000;
   }
   g_compute_enabled.store(true, std::memory_order_release);
 }

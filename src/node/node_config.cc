@@ -6,7 +6,10 @@
 #include <cctype>
 #include <cerrno>
 #include <cstdlib>
+#include <optional>
 #include <sstream>
+
+#include "common/config.h"
 
 namespace vgpu::node {
 namespace {
@@ -217,20 +220,9 @@ const char* SourceName(Source source) {
 }
 
 bool ParseDuration(std::string_view text, int64_t* ms) {
-  const std::string t = Trim(text);
-  size_t i = 0;
-  while (i < t.size() && std::isdigit(static_cast<unsigned char>(t[i]))) ++i;
-  if (i == 0 || i > 12) return false;
-  const int64_t n = std::stoll(t.substr(0, i));
-  const std::string unit = t.substr(i);
-  int64_t scale = 0;
-  if (unit == "ms") scale = 1;
-  else if (unit == "s") scale = 1000;
-  else if (unit == "m") scale = 60'000;
-  else if (unit == "h") scale = 3'600'000;
-  else return false;
-  *ms = n * scale;
-  return true;
+  const std::optional<int64_t> value = ParseDurationMs(text);
+  if (value) *ms = *value;
+  return value.has_value();
 }
 
 ConfigLoad LoadConfig(const std::vector<std::string>& args, const std::function<const char*(const char*)>& env,

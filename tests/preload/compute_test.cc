@@ -165,6 +165,26 @@ TEST_F(ComputeTest, SoftLimitHoldsTheHardShareBesideABusyNeighbour) {
   EXPECT_GT(late, 5.0) << "not starved";
 }
 
+// Slices (VGPU_COMPUTE_PERIOD=500ms): the container runs 150 ms and rests 350 ms of every
+// period, so its 100 ms buckets are either busy or idle, and the share over whole periods is
+// still the limit. Without slices every bucket is near the limit.
+TEST_F(ComputeTest, SlicesRunAndRestInTurnAndHoldTheShare) {
+  const Timeline t = RunTimeline(2000, 3000, 0,
+                                 VgpuEnv({{"CUDA_DEVICE_SM_LIMIT", "30"}, {"VGPU_COMPUTE_PERIOD", "500ms"}}));
+  const double share = t.Share(t.first + 5, t.first + 25, 2000);  // four periods
+  int idle = 0, busy = 0;
+  for (int64_t b = t.first + 5; b < t.first + 25; ++b) {
+    const double s = t.Share(b, b + 1, 2000);
+    if (s < 10) ++idle;
+    if (s > 70) ++busy;
+  }
+  std::printf("[ compute  ] slices of 500 ms at 30: %.1f%% over 2 s, %d idle and %d busy buckets of 100 ms\n", share,
+              idle, busy);
+  EXPECT_NEAR(share, 30, kTolerance);
+  EXPECT_GE(idle, 8) << "rests of 350 ms: at least two idle buckets per period";
+  EXPECT_GE(busy, 3) << "runs of 150 ms: at least one busy bucket per period";
+}
+
 // Priority: a limit-60 container at the default priority (1) yields while a priority-0 container
 // (no limit) launches, and resumes after it stops.
 TEST_F(ComputeTest, LowPriorityYieldsToHighPriorityAndResumes) {
