@@ -33,6 +33,11 @@ limit (hard 30, soft 80: alone it should reach 80 +-3, beside an unlimited neigh
 Priority (yield within 100 ms, recovery after) needs a timeline, not a mean rate: it is checked by
 tests/gpu/compute/priority.py (tests/gpu/run.sh runs both).
 
+Slices: --period 1s runs every limited process with VGPU_COMPUTE_PERIOD=1s (docs/compute.md,
+"Slices"); make the window a whole number of periods (a throughput averaged over part of a period
+depends on where the window falls in it). VGPU_COMPUTE_* variables of this shell (VGPU_COMPUTE_TURNS)
+reach the limited runs as they are, and the report's header lists them.
+
 Output: progress on stderr; $OUT/compute-accuracy.md (the table, also printed last on stdout),
 $OUT/compute-accuracy.png (target vs achieved, +-3 band), $OUT/compute-accuracy.json (raw runs),
 $OUT/compute-accuracy.log (every command, its stdout and stderr). Exit 1 when a row FAILs or a run
@@ -240,6 +245,20 @@ class Settings:
         self.colocated = [w for w in coloc if w in self.workloads]
         self.soft_priority = args.soft_priority
         self.sp_workload = next((w for w in ("spin50us", "spin2ms", "matmul") if w in self.workloads), None)
+        self.period = args.period
+        self.period_s = parse_period(args.period) if args.period else 0.0
+
+
+def parse_period(text):
+    m = re.fullmatch(r"(\d+)(ms|s)", text.strip())
+    if not m:
+        sys.exit(f"--period {text!r}: expected a duration such as 500ms or 1s")
+    return int(m.group(1)) / (1000.0 if m.group(2) == "ms" else 1.0)
+
+
+def compute_variables():
+    """VGPU_COMPUTE_* variables of this shell: they reach the limited runs."""
+    return {k: v for k, v in sorted(os.environ.items()) if k.startswith("VGPU_COMPUTE_")}
 
 
 def build_plan(s):
@@ -344,6 +363,8 @@ class Runner:
             env["CUDA_CORE_SOFT_LIMIT"] = str(soft)
         if priority is not None:
             env["CUDA_TASK_PRIORITY"] = str(priority)
+        if self.s.period:
+            env["VGPU_COMPUTE_PERIOD"] = self.s.period
         return env
 
     def command(self, wl, calibrate, barrier=None):
@@ -373,7 +394,10 @@ class Runner:
     def _describe_env(self, env):
         keys = ("LD_PRELOAD", "CUDA_DEVICE_SM_LIMIT", "CUDA_CORE_SOFT_LIMIT", "CUDA_TASK_PRIORITY",
                 "CUDA_DEVICE_MEMORY_SHARED_CACHE")
-        return " ".join(f"{k}={env[k]}" for k in keys if k in env)
+        shown = " ".join(f"{k}={env[k]}" for k in keys if k in env)
+        if "LD_PRELOAD" in env:
+            shown += "".join(f" {k}={v}" for k, v in env.items() if k.startswith("VGPU_COMPUTE_"))
+        return shown
 
     def _finish(self, wl, proc_out, proc_err, rc, spawn):
         self.note(f"exit {rc}\n--- stdout\n{proc_out}\n--- stderr\n{proc_err[-4000:]}")
@@ -683,6 +707,8 @@ def main():
     p.add_argument("--targets", help="comma-separated limits (default 10,30,60,90; --quick 30,60)")
     p.add_argument("--seconds", type=float, help="measurement window per run (default 3.5; --quick 2)")
     p.add_argument("--warmup", type=float, help="warm-up per run (default 1.5; --quick 0.8)")
+    p.add_argument("--period", help="slices: VGPU_COMPUTE_PERIOD for the limited runs (e.g. 1s); "
+                   "use a window that is a whole number of periods")
     p.add_argument("--gpu-index", type=int, default=0, help="NVML index of the GPU the runs use (default 0)")
     p.add_argument("--build-dir", help="where spin is built (default: <library dir>/bench-compute)")
     p.add_argument("--demo", action="store_true", help=argparse.SUPPRESS)  # report from made-up numbers
@@ -690,12 +716,19 @@ def main():
     s = Settings(args)
     plan = build_plan(s)
     est = estimate_seconds(plan, s)
+    if s.period_s:
+        periods = s.measure / s.period_s
+        if abs(periods - round(periods)) > 0.01 or round(periods) < 1:
+            log(f"warning: the window ({s.measure:g} s) is not a whole number of periods ({s.period}): "
+                "each rate then depends on where the window falls in a period")
 
     if args.dry_run:
         print(f"plan: {len(plan)} steps, about {est / 60:.1f} min; warm-up {s.warmup} s, window {s.measure} s, "
               f"targets {s.targets}, PASS within ±{TOLERANCE:g} points")
         print(f"limited runs: LD_PRELOAD={os.path.abspath(args.library)} CUDA_DEVICE_SM_LIMIT=N "
-              "CUDA_DEVICE_MEMORY_SHARED_CACHE=<fresh ledger per process>")
+              "CUDA_DEVICE_MEMORY_SHARED_CACHE=<fresh ledger per process>"
+              + (f" VGPU_COMPUTE_PERIOD={s.period}" if s.period else "")
+              + "".join(f" {k}={v}" for k, v in compute_variables().items() if k != "VGPU_COMPUTE_PERIOD"))
         for i, step in enumerate(plan, 1):
             if step[0] == "calibrate":
                 print(f"{i:3d}. calibrate {WL[step[1]][1]}: spin calibrate {WL[step[1]][3]:g} (native)")
@@ -785,6 +818,8 @@ def main():
     header = (f"vgpu compute-limit accuracy on {gpu}, driver {driver}, {date} ({mode}: targets "
               f"{', '.join(map(str, s.targets))}; warm-up {s.warmup:g} s, window {s.measure:g} s per run; "
               f"GPU-Util from {source}; library {args.library}"
+              + "".join(f"; {k}={v}" for k, v in compute_variables().items() if k != "VGPU_COMPUTE_PERIOD")
+              + (f"; slices: VGPU_COMPUTE_PERIOD={s.period}" if s.period else "")
               + (f", commit {commit}" if commit else "") + ")")
     text = markdown(rows, summary, s, header)
     with open(md_path, "w") as f:
