@@ -828,7 +828,8 @@ def main():
         json.dump({"settings": vars(args), "records": [{"step": st, "result": r} for st, r in records],
                    "rows": rows, "native": summary, "startup_s": startup}, f, indent=1, default=str)
     try:
-        plot(rows, png_path, f"vgpu compute limit: target vs achieved on {gpu} ({date}, {mode})")
+        plot(rows, png_path, f"vgpu compute limit: target vs achieved on {gpu} ({date}, {mode}"
+                             + (f", slices of {s.period}" if s.period else "") + ")")
     except Exception as e:  # the table matters more than the plot
         log(f"plot failed: {e!r}")
     errors = [r for r in rows if r["error"] and not r["expected_fail"]]
