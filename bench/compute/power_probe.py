@@ -51,13 +51,20 @@ def window(t0, t1):
     return [s for s in list(samples) if t0 <= s[0] <= t1]
 
 
-def native(seconds):
+def matmuls_for(seconds):
+    """Matmuls one at a time (each synchronised) for `seconds`; how many."""
     n = 0
     t0 = time.monotonic()
     while time.monotonic() - t0 < seconds:
         a @ b
         torch.cuda.synchronize()
         n += 1
+    return n
+
+
+def native(seconds):
+    t0 = time.monotonic()
+    n = matmuls_for(seconds)
     t1 = time.monotonic()
     w = window(t0 + 0.3, t1)
     return n / (t1 - t0), statistics.mean(s[1] for s in w), statistics.mean(s[2] for s in w)
@@ -69,10 +76,7 @@ def duty(d, burst_s, seconds):
     t0 = time.monotonic()
     while time.monotonic() - t0 < seconds:
         b0 = time.monotonic()
-        while time.monotonic() - b0 < burst_s:
-            a @ b
-            torch.cuda.synchronize()
-            n += 1
+        n += matmuls_for(burst_s)
         b1 = time.monotonic()
         on.append((b0, b1))
         time.sleep((b1 - b0) * (1 - d) / d)

@@ -434,6 +434,21 @@ struct TurnPair {
     a.AdmitDelayNs(kStart);
     b.AdmitDelayNs(kStart);
   }
+  // A holder whose claim never ends (it died, or the value is forged): how long b waits, from
+  // kStart, before it goes anyway; *now is then the time it goes.
+  int64_t WaitOfBBehindAStuckHolder(int64_t* now) {
+    turn.holder.store(12345);
+    turn.until_ns.store(kStart + 10 * kSec);
+    *now = kStart;
+    int64_t waited = 0;
+    for (int i = 0; i < 1000; ++i) {
+      int64_t wait = b.AdmitDelayNs(*now);
+      if (wait == 0) break;
+      waited += wait;
+      *now += wait;
+    }
+    return waited;
+  }
 };
 
 TEST(ControllerTurnTest, AProcessWaitsUntilAnotherOnesClaimedWorkIsDone) {
@@ -462,19 +477,9 @@ TEST(ControllerTurnTest, AHolderThatFinishedEarlyReleasesItsTurn) {
 TEST(ControllerTurnTest, TheWaitForOthersIsBounded) {
   ControllerOptions options;
   TurnPair p(options);
-  // A holder whose claim never ends (it died, or the value is forged): b waits at most
-  // max_turn_wait_ns, then goes, and claims the turn itself.
-  p.turn.holder.store(12345);
-  p.turn.until_ns.store(kStart + 10 * kSec);
-  int64_t now = kStart;
-  int64_t waited = 0;
-  for (int i = 0; i < 100; ++i) {
-    int64_t wait = p.b.AdmitDelayNs(now);
-    if (wait == 0) break;
-    waited += wait;
-    now += wait;
-  }
-  EXPECT_EQ(waited, options.max_turn_wait_ns);
+  // b waits at most max_turn_wait_ns, then goes, and claims the turn itself.
+  int64_t now = 0;
+  EXPECT_EQ(p.WaitOfBBehindAStuckHolder(&now), options.max_turn_wait_ns);
   p.b.ClaimTurn(100 * kUs, now);
   EXPECT_NE(p.turn.holder.load(), 12345u);
   EXPECT_EQ(p.turn.until_ns.load(), kStart + 10 * kSec + 100 * kUs);  // queued behind the claim
@@ -484,17 +489,8 @@ TEST(ControllerTurnTest, WithSlicesTheWaitForOthersLastsUpToAPeriod) {
   ControllerOptions options;
   options.period_ns = 500 * kMs;  // a neighbour's run lasts up to its share of a period
   TurnPair p(options);
-  p.turn.holder.store(12345);
-  p.turn.until_ns.store(kStart + 10 * kSec);
-  int64_t now = kStart;
-  int64_t waited = 0;
-  for (int i = 0; i < 1000; ++i) {
-    int64_t wait = p.b.AdmitDelayNs(now);
-    if (wait == 0) break;
-    waited += wait;
-    now += wait;
-  }
-  EXPECT_EQ(waited, options.period_ns);
+  int64_t now = 0;
+  EXPECT_EQ(p.WaitOfBBehindAStuckHolder(&now), options.period_ns);
 }
 
 TEST(ControllerTurnTest, BurstsAreLongerWhileOthersTakeTurns) {
