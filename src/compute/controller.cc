@@ -74,12 +74,10 @@ int64_t Controller::AdmitDelayNs(int64_t now) {
   const bool sharing = other_turn != 0 && now - other_turn < options_.turn_recent_ns;
   int64_t tolerated = sharing ? options_.turn_admit_ahead_ns : options_.admit_ahead_ns;
   if (Slicing()) {
-    if (in_slice_.load(kRelaxed)) tolerated = std::max(tolerated, SliceDebtNs());
-    if (debt > tolerated) {
-      if (in_slice_.load(kRelaxed)) in_slice_.store(false, kRelaxed);  // rest until it is paid
-    } else if (!in_slice_.load(kRelaxed)) {
-      in_slice_.store(true, kRelaxed);
-    }
+    const bool in_slice = in_slice_.load(kRelaxed);
+    if (in_slice) tolerated = std::max(tolerated, SliceDebtNs());
+    // Over it: rest until the debt is paid. Within it: a slice (re)starts or goes on.
+    if ((debt <= tolerated) != in_slice) in_slice_.store(debt <= tolerated, kRelaxed);
   }
   if (debt > tolerated) return std::min(debt, options_.max_sleep_ns);
   return TurnDelayNs(now);
@@ -95,9 +93,8 @@ bool Controller::Slicing() const {
          soft_ppm_.load(kRelaxed) <= hard_ppm_.load(kRelaxed) && CurrentRatePpm() < kFullShare;
 }
 
-// The debt a slice may run up: (1 - rate) * period.
+// The debt a slice may run up: (1 - rate) * period (while Slicing()).
 int64_t Controller::SliceDebtNs() const {
-  if (!Slicing()) return 0;
   return options_.period_ns * (kFullShare - CurrentRatePpm()) / kFullShare;  // period <= max_debt: no overflow
 }
 

@@ -83,10 +83,11 @@ std::string Apply(NodeConfig* c, const std::string& key, const std::string& valu
     return "expected an absolute path";
   };
   auto duration = [&](int64_t* field, int64_t min_ms) -> std::string {
-    if (!ParseDuration(value, &n) || n < min_ms) {
+    const std::optional<int64_t> ms = ParseDurationMs(value);
+    if (!ms || *ms < min_ms) {
       return "expected a duration such as 500ms, 2s or 10m" + (min_ms > 0 ? " (at least " + std::to_string(min_ms) + "ms)" : std::string());
     }
-    *field = n;
+    *field = *ms;
     return "";
   };
   if (key == "state_dir") return path(&c->state_dir, false);
@@ -217,12 +218,6 @@ const char* SourceName(Source source) {
     case Source::kFlag: return "flag";
   }
   return "default";
-}
-
-bool ParseDuration(std::string_view text, int64_t* ms) {
-  const std::optional<int64_t> value = ParseDurationMs(text);
-  if (value) *ms = *value;
-  return value.has_value();
 }
 
 ConfigLoad LoadConfig(const std::vector<std::string>& args, const std::function<const char*(const char*)>& env,

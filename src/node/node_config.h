@@ -90,9 +90,6 @@ ConfigLoad LoadConfig(const std::vector<std::string>& args, const std::function<
 // The effective configuration, one `key = value  # source` line per key (for --print-config).
 std::string DescribeConfig(const ConfigLoad& load);
 
-// "2s", "500ms", "10m", "1h" (a unit is required); false when malformed or negative.
-bool ParseDuration(std::string_view text, int64_t* ms);
-
 std::string HelpText();
 
 }  // namespace vgpu::node

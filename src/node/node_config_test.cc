@@ -94,21 +94,6 @@ TEST(NodeConfigTest, DottedKeysAreModuleOptions) {
   EXPECT_EQ(load.config.module_options.at("k8s.split_count"), "4");
 }
 
-TEST(NodeConfigTest, Durations) {
-  int64_t ms = 0;
-  EXPECT_TRUE(ParseDuration("500ms", &ms));
-  EXPECT_EQ(ms, 500);
-  EXPECT_TRUE(ParseDuration("2s", &ms));
-  EXPECT_EQ(ms, 2000);
-  EXPECT_TRUE(ParseDuration("10m", &ms));
-  EXPECT_EQ(ms, 600000);
-  EXPECT_TRUE(ParseDuration("1h", &ms));
-  EXPECT_FALSE(ParseDuration("5", &ms));
-  EXPECT_FALSE(ParseDuration("-1s", &ms));
-  EXPECT_FALSE(ParseDuration("1.5s", &ms));
-  EXPECT_FALSE(ParseDuration("", &ms));
-}
-
 TEST(NodeConfigTest, XidListAndOperands) {
   Env env;
   const ConfigLoad load = env.Load({"--health-ignored-xids", "13, 31,", "--print-config", "extra"});
