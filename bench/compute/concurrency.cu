@@ -1,0 +1,299 @@
+// Concurrent spin-kernel workload for the compute-limit matrix (bench/compute_accuracy.py
+// --matrix): kernels that spin for a fixed time on some of the GPU's SMs, launched from several
+// streams and host threads (or replayed as a CUDA graph with parallel branches), each stream kept
+// busy with at most two batches in flight (flow control through events, no device-wide sync).
+// Throughput = kernels completed per second of a measured window, so it reflects the
+// application's concurrency: natively N streams of narrow kernels run N kernels at once.
+//
+//   concurrency run --kernel-us K [--streams S] [--threads T] [--blocks-per-sm F]
+//                   [--graph-branches B --graph-depth L] [--warmup W] [--seconds D]
+//                   [--barrier DIR NAME]
+//     --kernel-us      spin time of one kernel (clock64() cycles at the measured clock rate)
+//     --streams        streams, each owned by one host thread (S % T == 0; default 1)
+//     --threads        host threads launching (default 1)
+//     --blocks-per-sm  kernel width: blocks of 256 threads per SM, 1 = one per SM (default 1);
+//                      wider kernels leave less room for others
+//     --graph-branches B, --graph-depth L: instead of plain launches, replay a graph whose B
+//                      parallel branches are chains of L kernels (one stream, one thread)
+//     --barrier DIR NAME: after the warm-up create DIR/ready.NAME and keep warming up until DIR/go
+//                      exists (it holds a CLOCK_MONOTONIC start time, seconds) and that time came
+//   Prints one JSON line: kernels, seconds, rate (kernels/s), kernel_us, concurrency
+//   (rate x kernel time: kernels running at once on average), t_start, t_end.
+// Every CUDA return code is checked (exit 2). Clocks are never changed.
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <unistd.h>
+#include <vector>
+
+#include "spin_common.cuh"
+
+namespace {
+
+struct Options {
+  double kernel_us = 0;
+  int streams = 1;
+  int threads = 1;
+  int blocks_per_sm = 1;
+  int graph_branches = 0;
+  int graph_depth = 1;
+  double warmup_s = 1.0;
+  double seconds = 3.0;
+  std::string barrier_dir, barrier_name;
+};
+
+struct Shared {
+  long long cycles = 0;
+  int grid = 0;
+  unsigned long long* sink = nullptr;
+  std::atomic<int> phase{0};         // 0 warm-up, 1 measuring, 2 stop
+  std::atomic<long long> counted{0};  // kernels completed inside the window
+  double t_start = 0, t_end = 0;
+};
+
+// One stream with a ring of batches in flight.
+struct Lane {
+  cudaStream_t stream = nullptr;
+  cudaGraphExec_t graph = nullptr;  // graph mode: one launch = one batch
+  int kernels_per_batch = 1;
+  cudaEvent_t events[2];
+  long long seq[2] = {0, 0};  // launch order of each batch in flight
+  int head = 0, inflight = 0;
+};
+
+void LaunchBatch(Shared& sh, Lane& lane, long long seq) {
+  if (lane.graph != nullptr) {
+    CHECK(cudaGraphLaunch(lane.graph, lane.stream));
+  } else {
+    for (int k = 0; k < lane.kernels_per_batch; ++k) {
+      SpinKernel<<<sh.grid, 256, 0, lane.stream>>>(sh.cycles, sh.sink);
+      CHECK(cudaGetLastError());
+    }
+  }
+  const int slot = (lane.head + lane.inflight) % 2;
+  CHECK(cudaEventRecord(lane.events[slot], lane.stream));
+  lane.seq[slot] = seq;
+  ++lane.inflight;
+}
+
+// Retires the lane's oldest batch once complete (blocking when `wait`); counts it when the window
+// is open at that moment. Returns whether a batch was retired.
+bool Retire(Shared& sh, Lane& lane, bool wait) {
+  if (lane.inflight == 0) return false;
+  cudaEvent_t ev = lane.events[lane.head];
+  if (wait) {
+    CHECK(cudaEventSynchronize(ev));
+  } else {
+    cudaError_t e = cudaEventQuery(ev);
+    if (e == cudaErrorNotReady) return false;
+    CHECK(e);
+  }
+  if (sh.phase.load(std::memory_order_acquire) == 1) sh.counted.fetch_add(lane.kernels_per_batch);
+  lane.head = (lane.head + 1) % 2;
+  --lane.inflight;
+  return true;
+}
+
+void Drive(Shared& sh, std::vector<Lane>* lanes) {
+  long long seq = 0;
+  while (sh.phase.load(std::memory_order_acquire) != 2) {
+    for (Lane& lane : *lanes) {
+      while (lane.inflight < 2) LaunchBatch(sh, lane, ++seq);
+    }
+    bool any = false;
+    for (Lane& lane : *lanes) any |= Retire(sh, lane, false);
+    if (any) continue;
+    // Every lane is full: wait for the batch launched first.
+    Lane* oldest = &(*lanes)[0];
+    for (Lane& lane : *lanes) {
+      if (lane.seq[lane.head] < oldest->seq[oldest->head]) oldest = &lane;
+    }
+    Retire(sh, *oldest, true);
+  }
+  for (Lane& lane : *lanes) {
+    while (lane.inflight > 0) Retire(sh, lane, true);
+  }
+}
+
+cudaGraphExec_t BuildGraph(Shared& sh, cudaStream_t main, int branches, int depth) {
+  std::vector<cudaStream_t> side(branches);
+  std::vector<cudaEvent_t> joins(branches);
+  cudaEvent_t fork;
+  CHECK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
+  for (int b = 0; b < branches; ++b) {
+    CHECK(cudaStreamCreateWithFlags(&side[b], cudaStreamNonBlocking));
+    CHECK(cudaEventCreateWithFlags(&joins[b], cudaEventDisableTiming));
+  }
+  cudaGraph_t graph;
+  CHECK(cudaStreamBeginCapture(main, cudaStreamCaptureModeThreadLocal));
+  CHECK(cudaEventRecord(fork, main));
+  for (int b = 0; b < branches; ++b) {
+    CHECK(cudaStreamWaitEvent(side[b], fork, 0));
+    for (int k = 0; k < depth; ++k) {
+      SpinKernel<<<sh.grid, 256, 0, side[b]>>>(sh.cycles, sh.sink);
+      CHECK(cudaGetLastError());
+    }
+    CHECK(cudaEventRecord(joins[b], side[b]));
+    CHECK(cudaStreamWaitEvent(main, joins[b], 0));
+  }
+  CHECK(cudaStreamEndCapture(main, &graph));
+  cudaGraphExec_t exec;
+  CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  CHECK(cudaGraphDestroy(graph));
+  return exec;
+}
+
+bool ParseArgs(int argc, char** argv, Options* o) {
+  for (int i = 2; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&](const char* name) -> const char* {
+      if (i + 1 >= argc) {
+        fprintf(stderr, "concurrency: %s needs a value\n", name);
+        exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--kernel-us") o->kernel_us = atof(next("--kernel-us"));
+    else if (a == "--streams") o->streams = atoi(next("--streams"));
+    else if (a == "--threads") o->threads = atoi(next("--threads"));
+    else if (a == "--blocks-per-sm") o->blocks_per_sm = atoi(next("--blocks-per-sm"));
+    else if (a == "--graph-branches") o->graph_branches = atoi(next("--graph-branches"));
+    else if (a == "--graph-depth") o->graph_depth = atoi(next("--graph-depth"));
+    else if (a == "--warmup") o->warmup_s = atof(next("--warmup"));
+    else if (a == "--seconds") o->seconds = atof(next("--seconds"));
+    else if (a == "--barrier") {
+      o->barrier_dir = next("--barrier");
+      o->barrier_name = next("--barrier");
+    } else {
+      fprintf(stderr, "concurrency: unknown argument %s\n", a.c_str());
+      return false;
+    }
+  }
+  if (!(o->kernel_us > 0) || o->streams < 1 || o->threads < 1 || o->streams % o->threads != 0 ||
+      o->blocks_per_sm < 1 || o->graph_branches < 0 || o->graph_depth < 1 || o->seconds <= 0 || o->warmup_s < 0) {
+    fprintf(stderr, "concurrency: bad arguments (kernel-us > 0, streams a multiple of threads, ...)\n");
+    return false;
+  }
+  return true;
+}
+
+double ReadGo(const std::string& path) {
+  FILE* f = fopen(path.c_str(), "r");
+  if (!f) return -1;
+  double t = -1;
+  if (fscanf(f, "%lf", &t) != 1) t = -1;
+  fclose(f);
+  return t;
+}
+
+// Waits out the warm-up, then the barrier (if any); returns the start time of the window.
+double WaitForStart(const Options& o, double warm_end) {
+  while (Monotonic() < warm_end) usleep(1000);
+  if (o.barrier_dir.empty()) return Monotonic();
+  const std::string ready = o.barrier_dir + "/ready." + o.barrier_name;
+  FILE* f = fopen(ready.c_str(), "w");
+  if (!f) {
+    fprintf(stderr, "concurrency: cannot create %s: %s\n", ready.c_str(), strerror(errno));
+    exit(2);
+  }
+  fclose(f);
+  for (;;) {
+    const double go = ReadGo(o.barrier_dir + "/go");
+    if (go >= 0) {
+      while (Monotonic() < go) usleep(200);
+      return Monotonic();
+    }
+    if (Monotonic() > warm_end + 120) {
+      fprintf(stderr, "concurrency: barrier timeout\n");
+      exit(2);
+    }
+    usleep(1000);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || strcmp(argv[1], "run") != 0) {
+    fprintf(stderr, "usage: concurrency run --kernel-us K [--streams S] [--threads T] [--blocks-per-sm F] "
+                    "[--graph-branches B --graph-depth L] [--warmup W] [--seconds D] [--barrier DIR NAME]\n");
+    return 2;
+  }
+  Options o;
+  if (!ParseArgs(argc, argv, &o)) return 2;
+  Shared sh;
+  Gpu probe;
+  Setup(probe);  // one block per SM: measures the clock rate
+  sh.grid = probe.grid * o.blocks_per_sm;
+  sh.sink = probe.sink;
+  {
+    cudaEvent_t e0, e1;
+    CHECK(cudaEventCreate(&e0));
+    CHECK(cudaEventCreate(&e1));
+    const long long cal = 20000000;
+    double best = 0;
+    for (int i = 0; i < 3; ++i) {
+      CHECK(cudaEventRecord(e0, probe.stream));
+      Launch(probe, cal);
+      CHECK(cudaEventRecord(e1, probe.stream));
+      CHECK(cudaEventSynchronize(e1));
+      float ms = 0;
+      CHECK(cudaEventElapsedTime(&ms, e0, e1));
+      best = std::fmax(best, cal / (ms * 1000.0));
+    }
+    sh.cycles = static_cast<long long>(best * o.kernel_us);
+    CHECK(cudaEventDestroy(e0));
+    CHECK(cudaEventDestroy(e1));
+  }
+  const bool graph_mode = o.graph_branches > 0;
+  const int lanes_total = graph_mode ? 1 : o.streams;
+  const int threads = graph_mode ? 1 : o.threads;
+  std::vector<std::vector<Lane>> per_thread(threads);
+  const int per_batch = std::max(1, static_cast<int>(std::lround(2000.0 / o.kernel_us)));  // ~2 ms per lane
+  for (int l = 0; l < lanes_total; ++l) {
+    Lane lane;
+    CHECK(cudaStreamCreateWithFlags(&lane.stream, cudaStreamNonBlocking));
+    for (auto& e : lane.events) CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    if (graph_mode) {
+      lane.graph = BuildGraph(sh, lane.stream, o.graph_branches, o.graph_depth);
+      lane.kernels_per_batch = o.graph_branches * o.graph_depth;
+    } else {
+      lane.kernels_per_batch = per_batch;
+    }
+    per_thread[l % threads].push_back(lane);
+  }
+  const double warm_end = Monotonic() + o.warmup_s;
+  std::vector<std::thread> workers;
+  for (int t = 0; t < threads; ++t) workers.emplace_back(Drive, std::ref(sh), &per_thread[t]);
+  sh.t_start = WaitForStart(o, warm_end);
+  sh.phase.store(1, std::memory_order_release);
+  while (Monotonic() < sh.t_start + o.seconds) usleep(500);
+  sh.phase.store(2, std::memory_order_release);
+  sh.t_end = Monotonic();
+  for (auto& w : workers) w.join();
+  const double seconds = sh.t_end - sh.t_start;
+  const long long kernels = sh.counted.load();
+  const double rate = kernels / seconds;
+  printf("{\"kernels\": %lld, \"seconds\": %.6f, \"rate\": %.3f, \"kernel_us\": %.3f, \"concurrency\": %.4f, "
+         "\"streams\": %d, \"threads\": %d, \"graph_branches\": %d, \"t_start\": %.6f, \"t_end\": %.6f}\n",
+         kernels, seconds, rate, o.kernel_us, rate * o.kernel_us * 1e-6, lanes_total, threads, o.graph_branches,
+         sh.t_start, sh.t_end);
+  fflush(stdout);
+  for (auto& lanes : per_thread) {
+    for (Lane& lane : lanes) {
+      if (lane.graph != nullptr) CHECK(cudaGraphExecDestroy(lane.graph));
+      for (auto& e : lane.events) CHECK(cudaEventDestroy(e));
+      CHECK(cudaStreamDestroy(lane.stream));
+    }
+  }
+  CHECK(cudaFree(probe.sink));
+  CHECK(cudaStreamDestroy(probe.stream));
+  return 0;
+}
