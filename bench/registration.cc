@@ -32,8 +32,8 @@
 #include "common/fork_together.h"
 #include "node/container_store.h"
 #include "node/procfs.h"
-#include "node/wire.h"
-#include "node/wire_transport.h"
+#include "protocol/wire.h"
+#include "protocol/wire_transport.h"
 
 #ifndef VGPU_NODE_EXE
 #define VGPU_NODE_EXE "vgpu-node"
@@ -42,6 +42,7 @@
 namespace {
 
 using namespace vgpu::node;
+namespace wire = vgpu::wire;
 
 struct Sample {
   int32_t ok = 0;

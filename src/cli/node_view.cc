@@ -9,12 +9,11 @@
 #include <sstream>
 
 #include "common/config.h"
-#include "node/wire_transport.h"
+#include "protocol/wire_transport.h"
 
 namespace vgpu::cli {
 namespace {
 
-namespace wire = node::wire;
 constexpr char kDefaultStateDir[] = "/var/lib/vgpu";
 
 bool Exists(const std::string& path) {

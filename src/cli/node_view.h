@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "cli/ps.h"
-#include "node/wire.h"
+#include "protocol/wire.h"
 
 namespace vgpu::cli {
 
@@ -28,8 +28,8 @@ struct NodeView {
   std::string socket;
   std::string node;
   std::vector<PsEntry> entries;
-  std::vector<node::wire::GpuInfo> gpus;
-  std::vector<node::wire::BypassInfo> bypass;
+  std::vector<wire::GpuInfo> gpus;
+  std::vector<wire::BypassInfo> bypass;
   LedgerSearch search;  // what the local search covered
 };
 

@@ -140,12 +140,12 @@ std::string FormatTopFrame(const NodeView& now, const NodeView* previous, double
   }
   for (const std::string& p : problems) text += "unreadable: " + p + "\n";
   if (now.from_daemon) {
-    for (const node::wire::GpuInfo& g : now.gpus) {
+    for (const wire::GpuInfo& g : now.gpus) {
       text += "GPU " + std::to_string(g.index) + " " + g.uuid + " " + g.name + ": " + FormatSize(g.memory_used) + " / " +
               FormatSize(g.memory_total) + ", utilization " + std::to_string(g.utilization) + "%, " +
               (g.healthy ? "healthy" : "UNHEALTHY (" + g.health_reason + ")") + "\n";
     }
-    for (const node::wire::BypassInfo& b : now.bypass) {
+    for (const wire::BypassInfo& b : now.bypass) {
       text += "BYPASS: host pid " + std::to_string(b.host_pid) + " (" + b.comm + ") in " + b.container_key + " holds " +
               FormatSize(b.memory) + " on " + b.gpu_uuid + " outside vgpu\n";
     }

@@ -47,7 +47,7 @@ NodeView View(uint64_t throttled_ns, int32_t share_ppm) {
   broken.path = "/x/ledger";
   broken.error = "ledger /x/ledger: truncated";
   v.entries.push_back(broken);
-  node::wire::GpuInfo g;
+  wire::GpuInfo g;
   g.index = 0;
   g.uuid = d.uuid;
   g.name = "NVIDIA H200";
@@ -55,7 +55,7 @@ NodeView View(uint64_t throttled_ns, int32_t share_ppm) {
   g.memory_used = 2 * kGiB;
   g.utilization = 35;
   v.gpus.push_back(g);
-  node::wire::BypassInfo b;
+  wire::BypassInfo b;
   b.host_pid = 4242;
   b.comm = "python";
   b.container_key = "uid_main";

@@ -12,11 +12,10 @@
 
 #include "common/config.h"
 #include "common/log.h"
-#include "node/wire_transport.h"
+#include "protocol/wire_transport.h"
 
 namespace vgpu::registration {
 
-namespace wire = ::vgpu::node::wire;
 namespace {
 
 bool IsHex(char c) { return std::isxdigit(static_cast<unsigned char>(c)) != 0; }

@@ -34,7 +34,7 @@
 #include <string_view>
 #include <vector>
 
-#include "node/wire.h"
+#include "protocol/wire.h"
 
 namespace vgpu::registration {
 
@@ -67,7 +67,7 @@ enum class Outcome {
 struct Result {
   Outcome outcome = Outcome::kSkipped;
   std::string message;       // for the log: why refused / continued
-  node::wire::RegisterReply reply;  // valid when kRegistered
+  wire::RegisterReply reply;  // valid when kRegistered
 };
 
 // One registration attempt with explicit inputs (the testable core of RegisterAtInit).

@@ -11,12 +11,10 @@
 #include <map>
 #include <thread>
 
-#include "node/wire_transport.h"
+#include "protocol/wire_transport.h"
 
 namespace vgpu::registration {
 namespace {
-
-namespace wire = ::vgpu::node::wire;
 
 Settings Parse(std::map<std::string, std::string> vars) {
   return ParseSettings([&](const char* name) -> const char* {

@@ -12,7 +12,7 @@
 #include <set>
 
 #include "ledger/board.h"
-#include "node/wire_transport.h"
+#include "protocol/wire_transport.h"
 
 #ifndef VGPU_VERSION
 #define VGPU_VERSION "0"

@@ -11,7 +11,7 @@
 
 #include <cstdlib>
 
-#include "node/wire_transport.h"
+#include "protocol/wire_transport.h"
 
 namespace vgpu::node {
 namespace {

@@ -7,7 +7,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "node/wire_transport.h"
+#include "protocol/wire_transport.h"
 
 namespace vgpu::node {
 

@@ -38,7 +38,7 @@
 #include "node/procfs.h"
 #include "node/slog.h"
 #include "node/socket_server.h"
-#include "node/wire.h"
+#include "protocol/wire.h"
 
 namespace vgpu::node {
 

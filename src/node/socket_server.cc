@@ -14,7 +14,7 @@
 #include <map>
 #include <memory>
 
-#include "node/wire_transport.h"
+#include "protocol/wire_transport.h"
 
 namespace vgpu::node {
 namespace {

@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "node/container_store.h"
-#include "node/wire.h"
+#include "protocol/wire.h"
 
 namespace vgpu::node {
 

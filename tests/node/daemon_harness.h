@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "node/node_test_util.h"
-#include "node/wire.h"
-#include "node/wire_transport.h"
+#include "protocol/wire.h"
+#include "protocol/wire_transport.h"
 
 namespace vgpu::node::testing {
 

@@ -11,9 +11,9 @@
 #include <string>
 #include <string_view>
 
-#include "node/wire.h"
+#include "protocol/wire.h"
 
-namespace vgpu::node::wire {
+namespace vgpu::wire {
 
 enum class Failure {
   kNone = 0,
@@ -32,10 +32,12 @@ struct ExchangeResult {
 
 // Connects to `socket_path`, writes `frame`, reads one reply frame whose payload is at most
 // `max_reply_payload` bytes, and closes. timeout_ms > 0 bounds everything together.
+// The reply's magic, reserved field and length are checked (kProtocol otherwise); its version and
+// type are the caller's to check: a reply of another version is a protocol failure (wire.h).
 ExchangeResult Exchange(const std::string& socket_path, std::string_view frame, int timeout_ms,
                         uint32_t max_reply_payload);
 
 // CLOCK_MONOTONIC in nanoseconds (for deadlines and latency measurements).
 int64_t MonotonicNs();
 
-}  // namespace vgpu::node::wire
+}  // namespace vgpu::wire

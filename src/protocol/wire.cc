@@ -1,8 +1,8 @@
-#include "node/wire.h"
+#include "protocol/wire.h"
 
 #include <cstring>
 
-namespace vgpu::node::wire {
+namespace vgpu::wire {
 namespace {
 
 constexpr size_t kMaxLimitDevices = 64;
@@ -498,4 +498,4 @@ std::string DecodeErrorReply(std::string_view payload, ErrorReply* m) {
   return r.error();
 }
 
-}  // namespace vgpu::node::wire
+}  // namespace vgpu::wire

@@ -1,4 +1,4 @@
-#include "node/wire_transport.h"
+#include "protocol/wire_transport.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -8,7 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
-namespace vgpu::node::wire {
+namespace vgpu::wire {
 namespace {
 
 class Fd {
@@ -147,4 +147,4 @@ ExchangeResult Exchange(const std::string& socket_path, std::string_view frame, 
   return result;
 }
 
-}  // namespace vgpu::node::wire
+}  // namespace vgpu::wire

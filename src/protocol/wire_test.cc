@@ -1,10 +1,10 @@
-#include "node/wire.h"
+#include "protocol/wire.h"
 
 #include <gtest/gtest.h>
 
 #include <random>
 
-namespace vgpu::node::wire {
+namespace vgpu::wire {
 namespace {
 
 RegisterReply SampleReply() {
@@ -180,4 +180,4 @@ TEST(WireTest, ManyEmptyEntriesAreBounded) {
 }
 
 }  // namespace
-}  // namespace vgpu::node::wire
+}  // namespace vgpu::wire

@@ -1,6 +1,8 @@
 // The registration protocol between libvgpu.so (and the vgpu CLI) and vgpu-node: framing and the
-// typed messages. docs/node.md ("Wire format") is the specification; this header and wire.cc are
-// its only implementation, shared by the library, the CLI and the daemon.
+// typed messages. docs/node.md ("Registration protocol") is the specification; this header,
+// wire.cc and wire_transport.h are its only implementation, shared by the library, the CLI and
+// the daemon. It lives below all three (src/protocol): nothing here knows the daemon, the
+// library or the CLI.
 //
 // Frame (all integers little-endian):
 //   offset 0  u32 magic            0x52504756 (the bytes "VGPR")
@@ -12,8 +14,34 @@
 //   Integer values are fixed width (u32: 4 bytes, u64: 8 bytes, i32: 4 bytes two's complement);
 //   strings are bytes without NUL, at most kMaxStringBytes; nested values (limits, devices,
 //   containers, GPUs, findings) are themselves field sequences. Unknown tags are skipped (so a
-//   newer peer of the same major version can add fields); a known tag with a wrong width, a
-//   repeated singular field, a missing required field or a string with a NUL byte is malformed.
+//   newer peer of the same version can add fields); a known tag with a wrong width, a repeated
+//   singular field, a missing required field or a string with a NUL byte is malformed.
+//
+// Contract.
+//   Exchange: over a unix stream socket, the client sends one request frame, the daemon answers
+//   with one reply frame and closes the connection. One exchange per connection.
+//   Versions: there is one version, kWireVersion = 1, in every frame header. Adding a field with a
+//   new tag keeps the version (older peers skip it); a change that an older peer cannot ignore
+//   (a new meaning, width or requirement for an existing tag, a new framing) takes a new version.
+//   Each side speaks exactly one version and never guesses: the daemon answers a request of
+//   another version with an ErrorReply (kUnsupportedVersion, its own version in the message); a
+//   client treats a reply of another version as a protocol failure.
+//   What the client (libvgpu.so, the CLI) may assume of a reply that decodes:
+//     - RegisterReply with kOk: host_pid (> 0) and ledger_path are present (the decoder checks);
+//       limits are the container's authoritative limits (those in the ledger at ledger_path). Any
+//       other status, a value this side does not know included: only `message` (the reason) is
+//       meaningful, and nothing was registered.
+//     - QueryReply: at most 4096 containers, 64 GPUs and 4096 bypass findings; 4 MiB in all.
+//     - ErrorReply: the daemon could not use the request (bad frame, version, type or payload);
+//       nothing was registered.
+//   What the daemon may assume of a request that decodes: nothing about the caller's identity.
+//   RegisterRequest.pid, pod_uid and container_name are claims; the caller's host pid comes from
+//   the socket (SO_PEERCRED) and the claims are checked against its cgroup (docs/node.md, "What
+//   the daemon checks"). A request is at most kMaxRequestPayload bytes; a larger one is refused
+//   unread.
+//   Errors: decoders return "" or a sentence naming the field and what is wrong; the Status in a
+//   reply says which side failed (numeric values are part of the protocol, see Status). Transport
+//   failures (unreachable, timeout, invalid frame) are reported by Exchange (wire_transport.h).
 //
 // Every decoder here is total: any byte sequence yields either a message or an error string, never
 // a crash, an exception or an unbounded allocation (lengths are checked against what is there).
@@ -29,7 +57,7 @@
 #include <string_view>
 #include <vector>
 
-namespace vgpu::node::wire {
+namespace vgpu::wire {
 
 inline constexpr uint32_t kMagic = 0x52504756;  // "VGPR" as little-endian bytes
 inline constexpr uint16_t kWireVersion = 1;
@@ -174,4 +202,4 @@ std::string DecodeRegisterReply(std::string_view payload, RegisterReply* m);
 std::string DecodeQueryReply(std::string_view payload, QueryReply* m);
 std::string DecodeErrorReply(std::string_view payload, ErrorReply* m);
 
-}  // namespace vgpu::node::wire
+}  // namespace vgpu::wire
