@@ -3,18 +3,17 @@
 #include "interpose/registration.h"
 
 #include <gtest/gtest.h>
-#include <sys/socket.h>
-#include <sys/un.h>
-#include <unistd.h>
 
-#include <atomic>
 #include <map>
-#include <thread>
 
+#include "protocol/test_peer.h"
 #include "protocol/wire_transport.h"
 
 namespace vgpu::registration {
 namespace {
+
+// vgpu-node's side, scripted.
+using FakeDaemon = wire::testing::ScriptedPeer;
 
 Settings Parse(std::map<std::string, std::string> vars) {
   return ParseSettings([&](const char* name) -> const char* {
@@ -58,58 +57,6 @@ TEST(RegistrationSettingsTest, PodUidFromCgroup) {
   EXPECT_EQ(PodUidFromCgroup("0::/user.slice/user-0.slice/session-1.scope\n"), "");
   EXPECT_EQ(PodUidFromCgroup("0::/podnot-a-uid\n"), "");
 }
-
-// A one-shot fake daemon: accepts connections on a unix socket and answers each with `reply`
-// (or nothing, holding the connection open, when `silent`).
-class FakeDaemon {
- public:
-  FakeDaemon(std::string reply, bool silent) : reply_(std::move(reply)), silent_(silent) {
-    char dir[] = "/tmp/vgpu-reg-test-XXXXXX";
-    dir_ = mkdtemp(dir);
-    path_ = dir_ + "/sock";
-    fd_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path_.c_str());
-    EXPECT_EQ(bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-    EXPECT_EQ(listen(fd_, 16), 0);
-    thread_ = std::thread([this] { Serve(); });
-  }
-  ~FakeDaemon() {
-    stop_ = true;
-    shutdown(fd_, SHUT_RDWR);
-    thread_.join();
-    close(fd_);
-    unlink(path_.c_str());
-    rmdir(dir_.c_str());
-  }
-  const std::string& path() const { return path_; }
-  std::string last_request() const { return last_request_; }
-
- private:
-  void Serve() {
-    while (!stop_) {
-      const int c = accept(fd_, nullptr, nullptr);
-      if (c < 0) return;
-      char buf[4096];
-      const ssize_t n = read(c, buf, sizeof(buf));
-      if (n > 0) last_request_.assign(buf, static_cast<size_t>(n));
-      if (silent_) {
-        while (!stop_) usleep(10000);
-      } else {
-        [[maybe_unused]] ssize_t w = write(c, reply_.data(), reply_.size());
-      }
-      close(c);
-    }
-  }
-  std::string reply_;
-  bool silent_;
-  std::string dir_, path_;
-  int fd_ = -1;
-  std::atomic<bool> stop_{false};
-  std::string last_request_;
-  std::thread thread_;
-};
 
 std::string OkReply() {
   wire::RegisterReply r;
