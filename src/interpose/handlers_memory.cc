@@ -229,6 +229,22 @@ CUresult hook_cuArray3DCreate_v2(CUarray* pHandle, const CUDA_ARRAY3D_DESCRIPTOR
   return ChargeArray(bytes, KeySpace::kArray, pHandle, [&] { return real(pHandle, desc); });
 }
 
+CUresult hook_cuArrayCreate(CUarray* pHandle, const ArrayDescriptorV1* desc) {
+  auto real = RealCudaAs<Pfn_cuArrayCreate>(kHook_cuArrayCreate);
+  if (real == nullptr) return MissingCudaEntry(kHook_cuArrayCreate);
+  if (!memory::Enabled() || pHandle == nullptr || desc == nullptr) return real(pHandle, desc);
+  const uint64_t bytes = ArrayBytes(desc->Width, desc->Height, 1, desc->NumChannels, desc->Format);
+  return ChargeArray(bytes, KeySpace::kArray, pHandle, [&] { return real(pHandle, desc); });
+}
+
+CUresult hook_cuArray3DCreate(CUarray* pHandle, const Array3DDescriptorV1* desc) {
+  auto real = RealCudaAs<Pfn_cuArray3DCreate>(kHook_cuArray3DCreate);
+  if (real == nullptr) return MissingCudaEntry(kHook_cuArray3DCreate);
+  if (!memory::Enabled() || pHandle == nullptr || desc == nullptr) return real(pHandle, desc);
+  const uint64_t bytes = ArrayBytes(desc->Width, desc->Height, desc->Depth, desc->NumChannels, desc->Format);
+  return ChargeArray(bytes, KeySpace::kArray, pHandle, [&] { return real(pHandle, desc); });
+}
+
 CUresult hook_cuMipmappedArrayCreate(CUmipmappedArray* pHandle, const CUDA_ARRAY3D_DESCRIPTOR* desc,
                                      unsigned int numMipmapLevels) {
   auto real = RealCudaAs<Pfn_cuMipmappedArrayCreate>(kHook_cuMipmappedArrayCreate);
