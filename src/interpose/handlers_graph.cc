@@ -88,6 +88,20 @@ CUresult hook_cuGraphInstantiateWithParams_ptsz(CUgraphExec* phGraphExec, CUgrap
   return ChargeGraph(phGraphExec, hGraph, [&] { return real(phGraphExec, hGraph, params); });
 }
 
+CUresult hook_cuGraphInstantiate(CUgraphExec* phGraphExec, CUgraph hGraph, CUgraphNode* phErrorNode, char* logBuffer,
+                                 size_t bufferSize) {
+  auto real = RealCudaAs<Pfn_cuGraphInstantiate>(kHook_cuGraphInstantiate);
+  if (real == nullptr) return MissingCudaEntry(kHook_cuGraphInstantiate);
+  return ChargeGraph(phGraphExec, hGraph, [&] { return real(phGraphExec, hGraph, phErrorNode, logBuffer, bufferSize); });
+}
+
+CUresult hook_cuGraphInstantiate_v2(CUgraphExec* phGraphExec, CUgraph hGraph, CUgraphNode* phErrorNode,
+                                    char* logBuffer, size_t bufferSize) {
+  auto real = RealCudaAs<Pfn_cuGraphInstantiate_v2>(kHook_cuGraphInstantiate_v2);
+  if (real == nullptr) return MissingCudaEntry(kHook_cuGraphInstantiate_v2);
+  return ChargeGraph(phGraphExec, hGraph, [&] { return real(phGraphExec, hGraph, phErrorNode, logBuffer, bufferSize); });
+}
+
 CUresult hook_cuGraphExecDestroy(CUgraphExec hGraphExec) {
   auto real = reinterpret_cast<Pfn_cuGraphExecDestroy>(RealCuda(kHook_cuGraphExecDestroy));
   if (real == nullptr) return MissingCudaEntry(kHook_cuGraphExecDestroy);

@@ -211,22 +211,35 @@ CUresult ChargeArray(uint64_t bytes, KeySpace space, Handle* out, Create create)
   return ChargeCurrent(bytes, AllocKind::kArray, space, create, [&] { return reinterpret_cast<uint64_t>(*out); });
 }
 
-}  // namespace
-
-CUresult hook_cuArrayCreate_v2(CUarray* pHandle, const CUDA_ARRAY_DESCRIPTOR* desc) {
-  auto real = RealCudaAs<Pfn_cuArrayCreate_v2>(kHook_cuArrayCreate_v2);
-  if (real == nullptr) return MissingCudaEntry(kHook_cuArrayCreate_v2);
+// cuArrayCreate(_v2), cuArray3DCreate(_v2): the pre-3.2 descriptors differ only in their 32-bit
+// extents; 2D descriptors have no depth.
+template <typename Pfn, typename Descriptor>
+CUresult CreateArray(HookId id, CUarray* pHandle, const Descriptor* desc) {
+  auto real = RealCudaAs<Pfn>(id);
+  if (real == nullptr) return MissingCudaEntry(id);
   if (!memory::Enabled() || pHandle == nullptr || desc == nullptr) return real(pHandle, desc);
-  const uint64_t bytes = ArrayBytes(desc->Width, desc->Height, 1, desc->NumChannels, desc->Format);
+  uint64_t depth = 1;
+  if constexpr (requires { desc->Depth; }) depth = desc->Depth;
+  const uint64_t bytes = ArrayBytes(desc->Width, desc->Height, depth, desc->NumChannels, desc->Format);
   return ChargeArray(bytes, KeySpace::kArray, pHandle, [&] { return real(pHandle, desc); });
 }
 
+}  // namespace
+
+CUresult hook_cuArrayCreate_v2(CUarray* pHandle, const CUDA_ARRAY_DESCRIPTOR* desc) {
+  return CreateArray<Pfn_cuArrayCreate_v2>(kHook_cuArrayCreate_v2, pHandle, desc);
+}
+
 CUresult hook_cuArray3DCreate_v2(CUarray* pHandle, const CUDA_ARRAY3D_DESCRIPTOR* desc) {
-  auto real = RealCudaAs<Pfn_cuArray3DCreate_v2>(kHook_cuArray3DCreate_v2);
-  if (real == nullptr) return MissingCudaEntry(kHook_cuArray3DCreate_v2);
-  if (!memory::Enabled() || pHandle == nullptr || desc == nullptr) return real(pHandle, desc);
-  const uint64_t bytes = ArrayBytes(desc->Width, desc->Height, desc->Depth, desc->NumChannels, desc->Format);
-  return ChargeArray(bytes, KeySpace::kArray, pHandle, [&] { return real(pHandle, desc); });
+  return CreateArray<Pfn_cuArray3DCreate_v2>(kHook_cuArray3DCreate_v2, pHandle, desc);
+}
+
+CUresult hook_cuArrayCreate(CUarray* pHandle, const ArrayDescriptorV1* desc) {
+  return CreateArray<Pfn_cuArrayCreate>(kHook_cuArrayCreate, pHandle, desc);
+}
+
+CUresult hook_cuArray3DCreate(CUarray* pHandle, const Array3DDescriptorV1* desc) {
+  return CreateArray<Pfn_cuArray3DCreate>(kHook_cuArray3DCreate, pHandle, desc);
 }
 
 CUresult hook_cuMipmappedArrayCreate(CUmipmappedArray* pHandle, const CUDA_ARRAY3D_DESCRIPTOR* desc,

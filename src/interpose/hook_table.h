@@ -19,6 +19,23 @@ namespace vgpu {
 
 using DevicePtrV1 = unsigned int;  // CUdeviceptr of the pre-3.2 (v1) driver ABI
 
+// CUDA_ARRAY_DESCRIPTOR_v1 / CUDA_ARRAY3D_DESCRIPTOR_v1 of the pre-3.2 ABI (cuda.h declares them
+// for internal builds only).
+struct ArrayDescriptorV1 {
+  unsigned int Width;
+  unsigned int Height;
+  CUarray_format Format;
+  unsigned int NumChannels;
+};
+struct Array3DDescriptorV1 {
+  unsigned int Width;
+  unsigned int Height;
+  unsigned int Depth;
+  CUarray_format Format;
+  unsigned int NumChannels;
+  unsigned int Flags;
+};
+
 enum HookId : int {
 #define VGPU_CUDA_HOOK(kind, sym, params, args) kHook_##sym,
 #define VGPU_NVML_HOOK(kind, sym, params, args)

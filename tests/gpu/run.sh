@@ -2,10 +2,12 @@
 # Builds vgpu on the GPU machine (CMake + CUDA headers only, no Debian packages) and runs every
 # real-GPU check in one go. Prints a table last. Full logs go to $OUT (or build-gpu/out).
 #
-# Usage: tests/gpu/run.sh [--quick] [--only PARTS]
+# Usage: tests/gpu/run.sh [--quick] [--only PARTS] [--compat-bins DIR]
 #   --quick        skips the framework checks and oversubscription, fewer benchmark rounds, and the
 #                  compute part runs targets 30 and 60 only
-#   --only PARTS   comma-separated subset of the parts below (default: all of them)
+#   --only PARTS   comma-separated subset of the parts below (default: all of them but compat)
+#   --compat-bins DIR  the compat part's prebuilt programs, one folder per runtime (default:
+#                  compat-bins/ in the repository; tests/gpu/compat/README.md)
 # Parts, with their duration on an H200 (the full run, about 11 minutes, does not fit one
 # 10-minute device call: run "--only interpose,memory,oversub,overhead" and "--only compute,node"):
 #   interpose  the library's shape; same results with and without it (driver/runtime API,
@@ -16,6 +18,9 @@
 #   compute    compute-limit accuracy, spin kernels and PyTorch training (bench/compute_accuracy.py,
 #              ~4 min; --quick ~2 min)
 #   node       vgpu-node on real NVML (tests/node/gpu/node_gpu_check.sh, ~2 min)
+#   compat     only when named: the runtime matrix, every check of the real-GPU test programs
+#              built with CUDA 13.x here and 12.4 / 11.8 prebuilt (tests/gpu/compat/run_compat.sh,
+#              ~4 min)
 # Rules honoured here: no clock / compute-mode / MIG / persistence changes, no GPU reset, no
 # managed memory beyond what the card has free, every CUDA return code checked.
 set -u
@@ -28,16 +33,17 @@ while [ $# -gt 0 ]; do
   case $1 in
     --quick) QUICK=1 ;;
     --only) ONLY=${2:?--only needs a list of parts}; shift ;;
-    *) echo "usage: tests/gpu/run.sh [--quick] [--only interpose,memory,oversub,overhead,compute,node]" >&2; exit 2 ;;
+    --compat-bins) COMPAT_BINS=${2:?--compat-bins needs a folder}; shift ;;
+    *) echo "usage: tests/gpu/run.sh [--quick] [--only interpose,memory,oversub,overhead,compute,node,compat] [--compat-bins DIR]" >&2; exit 2 ;;
   esac
   shift
 done
 for part in ${ONLY//,/ }; do
-  case $part in all | interpose | memory | oversub | overhead | compute | node) ;;
-    *) echo "tests/gpu/run.sh: unknown part '$part' in --only (parts: interpose memory oversub overhead compute node)" >&2; exit 2 ;;
+  case $part in all | interpose | memory | oversub | overhead | compute | node | compat) ;;
+    *) echo "tests/gpu/run.sh: unknown part '$part' in --only (parts: interpose memory oversub overhead compute node compat)" >&2; exit 2 ;;
   esac
 done
-want() { [ "$ONLY" = all ] || [[ ",$ONLY," == *",$1,"* ]]; }
+want() { { [ "$ONLY" = all ] && [ "$1" != compat ]; } || [[ ",$ONLY," == *",$1,"* ]]; }
 DETAIL="$BUILD/detail"  # per-check outputs; $OUT keeps the few files that come back
 mkdir -p "$BUILD/gpu" "$OUT" "$DETAIL"
 . "$ROOT/tests/gpu/report.sh"
@@ -233,6 +239,9 @@ if want node; then
   [ $rc = 0 ] && row "vgpu-node on real NVML (registration, /metrics within 1 s, bypass, ps/top)" PASS "$(grep -c PASS "$DETAIL/node/results.md" 2>/dev/null) PASS lines; node-results.md" ||
     row "vgpu-node on real NVML (registration, /metrics within 1 s, bypass, ps/top)" FAIL "exit $rc; node-results.md"
 fi
+
+# --- the runtime matrix: CUDA 13.x built here, 12.4 and 11.8 prebuilt (tests/gpu/compat) -----------
+want compat && source "$ROOT/tests/gpu/compat/run_compat.sh"
 
 {
   echo "vgpu real-GPU checks on $(cut -d, -f1,2 "$OUT/gpu.txt" | head -1), $(date -u +%F)"

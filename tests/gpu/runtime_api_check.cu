@@ -1,5 +1,5 @@
 // Real-GPU check, layers 2 and 3: a CUDA runtime program. The runtime dlopen()s libcuda.so.1,
-// looks up cuGetProcAddress_v2 with dlsym and gets every driver entry point from it.
+// looks up cuGetProcAddress(_v2) with dlsym and gets every driver entry point from it.
 // Prints deterministic results; run.sh compares them with and without libvgpu.so.
 #include <cuda_runtime.h>
 
@@ -7,15 +7,7 @@
 #include <cstdlib>
 #include <vector>
 
-#define RT(expr)                                                                            \
-  do {                                                                                      \
-    cudaError_t rt_err_ = (expr);                                                           \
-    if (rt_err_ != cudaSuccess) {                                                           \
-      std::fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #expr,             \
-                   cudaGetErrorString(rt_err_));                                            \
-      std::exit(1);                                                                         \
-    }                                                                                       \
-  } while (0)
+#include "cuda_check.h"
 
 __global__ void Fill(float* out, int n, float scale) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -66,7 +58,11 @@ int main() {
   Fill<<<(n + 255) / 256, 256, 0, stream>>>(a, n, 0.25f);
   Square<<<(n + 255) / 256, 256, 0, stream>>>(a, n);
   RT(cudaStreamEndCapture(stream, &graph));
+#if CUDART_VERSION >= 12000
   RT(cudaGraphInstantiate(&exec, graph, 0));
+#else  // the 11.x runtimes' signature (tests/gpu/compat builds this with CUDA 11.8)
+  RT(cudaGraphInstantiate(&exec, graph, nullptr, nullptr, 0));
+#endif
   for (int i = 0; i < 5; ++i) RT(cudaGraphLaunch(exec, stream));
   RT(cudaMemcpyAsync(h.data(), a, n * sizeof(float), cudaMemcpyDeviceToHost, stream));
   RT(cudaStreamSynchronize(stream));

@@ -108,7 +108,9 @@ TEST_P(ComputeLimitTest, AchievedShareIsTheLimit) {
 
 INSTANTIATE_TEST_SUITE_P(Loops, ComputeLimitTest,
                          ::testing::Values(LimitCase{30, 2000}, LimitCase{30, 200}, LimitCase{60, 2000},
-                                           LimitCase{60, 200}, LimitCase{30, 200, "ptsz"}));
+                                           LimitCase{60, 200}, LimitCase{30, 200, "ptsz"},
+                                           // Deprecated launches the driver still exports.
+                                           LimitCase{30, 2000, "grid_async"}, LimitCase{30, 2000, "multi_device"}));
 
 // Without a compute limit the launch hooks are plain forwarders: the GPU stays saturated and the
 // throughput is the native one. On a shared 2-core CI machine the load drifts by more than the 2%

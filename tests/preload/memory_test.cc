@@ -83,7 +83,9 @@ INSTANTIATE_TEST_SUITE_P(
                       PathCase{"pitch"}, PathCase{"managed"}, PathCase{"async"}, PathCase{"async_ptsz"},
                       PathCase{"pool"}, PathCase{"pool_ptsz"}, PathCase{"vmm"}, PathCase{"array"},
                       PathCase{"array3d"}, PathCase{"mipmap"}, PathCase{"graph", true},
-                      PathCase{"graph_ptsz", true}, PathCase{"capture", true}),
+                      PathCase{"graph_ptsz", true}, PathCase{"capture", true},
+                      // The CUDA 11.x runtimes' cudaGraphInstantiate (cuGraphInstantiate(_v2)).
+                      PathCase{"graph_v10000", true}, PathCase{"graph_v11000", true}),
     [](const ::testing::TestParamInfo<PathCase>& info) { return info.param.mode; });
 
 // A pool that grows in steps larger than the request: the growth is what the driver holds. The

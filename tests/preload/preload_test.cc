@@ -87,6 +87,17 @@ TEST(Preload, ProcAddressMapsEveryVersionedVariantToTheWrapperOfTheSameAbi) {
   EXPECT_EQ(hooked.out, native.out);
 }
 
+// What the CUDA 11.x, 12.x and 13.x runtimes ask cuGetProcAddress for (read from their
+// libcudart_static.a, docs/interposition.md): each lands on the entry of the same ABI, and every
+// allocation, launch, synchronisation and memory-query request on vgpu's wrapper.
+TEST(Preload, EveryRuntimeRequestLandsOnTheEntryOfItsAbi) {
+  const RunResult native = RunProgram({Program("runtime_requests"), "driver"}, BaseEnv());
+  EXPECT_EQ(native.exit_code, 0) << Describe(native);
+  const RunResult hooked = RunProgram({Program("runtime_requests"), "vgpu"}, WithVgpu());
+  EXPECT_EQ(hooked.exit_code, 0) << Describe(hooked);
+  EXPECT_NE(hooked.out.find(" 0 failures"), std::string::npos) << Describe(hooked);
+}
+
 TEST(Preload, VerboseLogShowsDlsymAndProcAddressLayers) {
   const RunResult r =
       RunProgram({Program("proc_address"), "vgpu"}, With(WithVgpu(), {{"LIBCUDA_LOG_LEVEL", "4"}}));

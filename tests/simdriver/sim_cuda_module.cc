@@ -209,3 +209,32 @@ SIM_EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gx
                                                    CUstream s, void** params) {
   return Guarded([&] { return Launch(f, gx, gy, gz, bx, by, bz, s, params, nullptr, true); });
 }
+
+// Deprecated launches that the driver still exports. The legacy ones take their block shape and
+// parameters from earlier cuFuncSetBlockShape / cuParamSet* calls, which the simulation does not
+// model: each runs one kernel of the function's duration (VGPU_SIM_KERNEL_NS unless sim_sleep*).
+SIM_EXPORT CUresult cuLaunch(CUfunction f) {
+  return Guarded([&] { return Launch(f, 1, 1, 1, 1, 1, 1, nullptr, nullptr, nullptr, false); });
+}
+SIM_EXPORT CUresult cuLaunchGrid(CUfunction f, int grid_width, int grid_height) {
+  if (grid_width <= 0 || grid_height <= 0) return CUDA_ERROR_INVALID_VALUE;
+  return Guarded([&] { return Launch(f, grid_width, grid_height, 1, 1, 1, 1, nullptr, nullptr, nullptr, false); });
+}
+SIM_EXPORT CUresult cuLaunchGridAsync(CUfunction f, int grid_width, int grid_height, CUstream s) {
+  if (grid_width <= 0 || grid_height <= 0) return CUDA_ERROR_INVALID_VALUE;
+  return Guarded([&] { return Launch(f, grid_width, grid_height, 1, 1, 1, 1, s, nullptr, nullptr, false); });
+}
+// One launch per entry, in order; the first failure is returned.
+SIM_EXPORT CUresult cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS* launchParamsList, unsigned int numDevices,
+                                                         unsigned int) {
+  if (launchParamsList == nullptr || numDevices == 0) return CUDA_ERROR_INVALID_VALUE;
+  return Guarded([&] {
+    for (unsigned int i = 0; i < numDevices; ++i) {
+      const CUDA_LAUNCH_PARAMS& p = launchParamsList[i];
+      const CUresult rc = Launch(p.function, p.gridDimX, p.gridDimY, p.gridDimZ, p.blockDimX, p.blockDimY, p.blockDimZ,
+                                 p.hStream, p.kernelParams, nullptr, false);
+      if (rc != CUDA_SUCCESS) return rc;
+    }
+    return CUDA_SUCCESS;
+  });
+}

@@ -34,6 +34,8 @@
 #include <string>
 #include <vector>
 
+#include "../cuda_check.h"
+
 extern "C" {
 CUresult CUDAAPI cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUstream hStream);
 CUresult CUDAAPI cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool,
@@ -45,28 +47,6 @@ CUresult CUDAAPI cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream);
 namespace {
 
 constexpr uint64_t kMiB = 1ull << 20;
-
-#define RT(expr)                                                                                   \
-  do {                                                                                             \
-    const cudaError_t rt_err_ = (expr);                                                            \
-    if (rt_err_ != cudaSuccess) {                                                                  \
-      std::fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #expr,                    \
-                   cudaGetErrorName(rt_err_));                                                     \
-      std::exit(1);                                                                                \
-    }                                                                                              \
-  } while (0)
-
-#define DRV(expr)                                                                                  \
-  do {                                                                                             \
-    const CUresult drv_err_ = (expr);                                                              \
-    if (drv_err_ != CUDA_SUCCESS) {                                                                \
-      const char* name_ = nullptr;                                                                 \
-      cuGetErrorName(drv_err_, &name_);                                                            \
-      std::fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #expr,                    \
-                   name_ != nullptr ? name_ : "?");                                                \
-      std::exit(1);                                                                                \
-    }                                                                                              \
-  } while (0)
 
 struct Settings {
   uint64_t limit = 1024 * kMiB;
@@ -168,6 +148,17 @@ Attempt DriverGraph(uint64_t bytes, bool with_free, bool ptsz, CUgraphExec* exec
   return Drv(CUDA_SUCCESS);
 }
 
+// cudaGraphInstantiate as the runtime the program is built with declares it: CUDA 12 made the
+// flags its third argument; the 11.x runtimes take an error node and a log buffer (and reach the
+// driver through cuGraphInstantiate_v2, tests/gpu/compat/README.md).
+cudaError_t InstantiateGraph(cudaGraphExec_t* exec, cudaGraph_t graph) {
+#if CUDART_VERSION >= 12000
+  return cudaGraphInstantiate(exec, graph, 0);
+#else
+  return cudaGraphInstantiate(exec, graph, nullptr, nullptr, 0);
+#endif
+}
+
 Attempt RuntimeGraph(uint64_t bytes, bool with_free, cudaGraphExec_t* exec_out, void** dptr, cudaStream_t stream) {
   cudaGraph_t graph = nullptr;
   RT(cudaGraphCreate(&graph, 0));
@@ -187,7 +178,7 @@ Attempt RuntimeGraph(uint64_t bytes, bool with_free, cudaGraphExec_t* exec_out, 
     RT(cudaGraphAddMemFreeNode(&free_node, graph, &alloc_node, 1, params.dptr));
   }
   cudaGraphExec_t exec = nullptr;
-  rc = cudaGraphInstantiate(&exec, graph, 0);
+  rc = InstantiateGraph(&exec, graph);
   RT(cudaGraphDestroy(graph));
   if (rc != cudaSuccess) return Rt(rc, "instantiate");
   rc = cudaGraphLaunch(exec, stream);
@@ -215,7 +206,7 @@ Attempt CapturedGraph(uint64_t bytes, cudaStream_t stream) {
     return Rt(alloc_rc != cudaSuccess ? alloc_rc : end_rc, "capture");
   }
   cudaGraphExec_t exec = nullptr;
-  cudaError_t rc = cudaGraphInstantiate(&exec, graph, 0);
+  cudaError_t rc = InstantiateGraph(&exec, graph);
   RT(cudaGraphDestroy(graph));
   if (rc != cudaSuccess) return Rt(rc, "instantiate");
   rc = cudaGraphLaunch(exec, stream);

@@ -13,15 +13,7 @@
 #include <string>
 #include <vector>
 
-#define RT(expr)                                                                                   \
-  do {                                                                                             \
-    const cudaError_t rt_err_ = (expr);                                                            \
-    if (rt_err_ != cudaSuccess) {                                                                  \
-      std::fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #expr,                    \
-                   cudaGetErrorName(rt_err_));                                                     \
-      std::exit(1);                                                                                \
-    }                                                                                              \
-  } while (0)
+#include "../cuda_check.h"
 
 int main(int argc, char** argv) {
   uint64_t cap = 8192ull << 20;

@@ -9,10 +9,13 @@
 //   buckets F:c0,c1,...  kernels launched per 100 ms of CLOCK_MONOTONIC, the first in bucket F
 //                        (= monotonic ns / 100 ms), so that runs of several processes line up
 //
-// Usage: compute_loop <kernel_us> <run_ms> plain|ptsz [delay_ms]
+// Usage: compute_loop <kernel_us> <run_ms> plain|ptsz|grid_async|multi_device [delay_ms]
 //   delay_ms             sleep this long after initialising, before the first launch
-//   plain  cuLaunchKernel / cuStreamSynchronize on a created stream
-//   ptsz   cuLaunchKernel_ptsz / cuStreamSynchronize_ptsz on stream 0 (the per-thread stream)
+//   plain         cuLaunchKernel / cuStreamSynchronize on a created stream
+//   ptsz          cuLaunchKernel_ptsz / cuStreamSynchronize_ptsz on stream 0 (the per-thread stream)
+//   grid_async    the deprecated cuLaunchGridAsync on a created stream (no kernel parameters: the
+//                 kernel's length comes from VGPU_SIM_KERNEL_NS, which this program sets)
+//   multi_device  the deprecated cuLaunchCooperativeKernelMultiDevice, one entry, created stream
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <dlfcn.h>
@@ -58,10 +61,16 @@ int main(int argc, char** argv) {
   CHECK(argc == 4 || argc == 5);
   uint64_t kernel_ns = std::strtoull(argv[1], nullptr, 10) * 1000;
   const int64_t run_ns = std::strtoll(argv[2], nullptr, 10) * 1'000'000;
-  const bool ptsz = std::strcmp(argv[3], "ptsz") == 0;
-  CHECK(kernel_ns > 0 && run_ns > 0 && (ptsz || std::strcmp(argv[3], "plain") == 0));
+  const std::string variant = argv[3];
+  const bool ptsz = variant == "ptsz";
+  CHECK(kernel_ns > 0 && run_ns > 0 &&
+        (ptsz || variant == "plain" || variant == "grid_async" || variant == "multi_device"));
   auto launch = Lookup<PFN_cuLaunchKernel_v4000>(ptsz ? "cuLaunchKernel_ptsz" : "cuLaunchKernel");
   auto sync = Lookup<PFN_cuStreamSynchronize_v2000>(ptsz ? "cuStreamSynchronize_ptsz" : "cuStreamSynchronize");
+  auto grid_async = Lookup<PFN_cuLaunchGridAsync_v2000>("cuLaunchGridAsync");
+  auto multi_device = Lookup<PFN_cuLaunchCooperativeKernelMultiDevice_v9000>("cuLaunchCooperativeKernelMultiDevice");
+  // Read by the simulated driver at cuInit: the length of kernels launched without parameters.
+  if (variant == "grid_async") CHECK(setenv("VGPU_SIM_KERNEL_NS", std::to_string(kernel_ns).c_str(), 1) == 0);
 
   CHECK_CU(cuInit(0));
   CUdevice dev;
@@ -72,7 +81,7 @@ int main(int argc, char** argv) {
   CUmodule module;
   CHECK_CU(cuModuleLoadData(&module, "sim module image"));
   CUfunction kernel;
-  CHECK_CU(cuModuleGetFunction(&kernel, module, "sim_sleep_kernel"));
+  CHECK_CU(cuModuleGetFunction(&kernel, module, variant == "grid_async" ? "plain_kernel" : "sim_sleep_kernel"));
   CUstream stream = nullptr;
   if (!ptsz) CHECK_CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
 
@@ -82,6 +91,12 @@ int main(int argc, char** argv) {
     nanosleep(&pause, nullptr);
   }
   void* params[] = {&kernel_ns};
+  CUDA_LAUNCH_PARAMS multi{};
+  multi.function = kernel;
+  multi.gridDimX = multi.gridDimY = multi.gridDimZ = 1;
+  multi.blockDimX = multi.blockDimY = multi.blockDimZ = 1;
+  multi.hStream = stream;
+  multi.kernelParams = params;
   const uint64_t batch = kernel_ns >= 10'000'000 ? 1 : 10'000'000 / kernel_ns;
   constexpr int64_t kBucketNs = 100'000'000;
   uint64_t kernels = 0;
@@ -89,7 +104,13 @@ int main(int argc, char** argv) {
   const int64_t first_bucket = start / kBucketNs;
   std::vector<uint64_t> buckets;
   for (int64_t now = start; now - start < run_ns; now = NowNs()) {
-    CHECK_CU(launch(kernel, 1, 1, 1, 1, 1, 1, 0, stream, params, nullptr));
+    if (variant == "grid_async") {
+      CHECK_CU(grid_async(kernel, 1, 1, stream));
+    } else if (variant == "multi_device") {
+      CHECK_CU(multi_device(&multi, 1, 0));
+    } else {
+      CHECK_CU(launch(kernel, 1, 1, 1, 1, 1, 1, 0, stream, params, nullptr));
+    }
     const auto bucket = static_cast<size_t>(now / kBucketNs - first_bucket);
     if (buckets.size() <= bucket) buckets.resize(bucket + 1);
     ++buckets[bucket];

@@ -3,7 +3,7 @@
 //   memory_paths <mode> [--huge-mib N]
 //
 // mode: alloc alloc_v1 alloc_gpa alloc_dlsym pitch managed async async_ptsz pool pool_ptsz vmm
-//       array array3d mipmap graph graph_ptsz capture
+//       array array3d mipmap graph graph_ptsz graph_v10000 graph_v11000 capture
 //
 // Round 1 allocates with the path until a call fails, then reports what the failing call
 // returned and what the driver holds for the path ("charged": pool and graph reservations are
@@ -308,13 +308,22 @@ class ArrayAlloc : public Path {
 // of 64 MiB, launched once: the driver keeps the graph's memory while the executable graph
 // exists. kCapture builds the graph by capturing cuMemAllocAsync/cuMemFreeAsync on a stream.
 // kExplicitPtsz instantiates with cuGraphInstantiateWithParams_ptsz and launches with
-// cuGraphLaunch_ptsz; kCapture instantiates with cuGraphInstantiateWithParams.
+// cuGraphLaunch_ptsz; kCapture instantiates with cuGraphInstantiateWithParams. kRuntime10000 and
+// kRuntime11000 instantiate through the pointer cuGetProcAddress("cuGraphInstantiate", 10000 /
+// 11000) returns (cuGraphInstantiate / cuGraphInstantiate_v2, the five-argument ABI), as the CUDA
+// 11.x runtimes' cudaGraphInstantiate does (docs/interposition.md, "What each runtime asks for").
 class GraphAlloc : public Path {
  public:
-  enum class Kind { kExplicit, kExplicitPtsz, kCapture };
+  enum class Kind { kExplicit, kExplicitPtsz, kCapture, kRuntime10000, kRuntime11000 };
   explicit GraphAlloc(Kind kind) : kind_(kind) {
     CHECK_CU(cuCtxGetDevice(&dev_));
     CHECK_CU(cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING));
+    if (kind == Kind::kRuntime10000 || kind == Kind::kRuntime11000) {
+      void* fn = nullptr;
+      CHECK_CU(cuGetProcAddress("cuGraphInstantiate", &fn, kind == Kind::kRuntime10000 ? 10000 : 11000,
+                                CU_GET_PROC_ADDRESS_DEFAULT, nullptr));
+      instantiate_v11_ = reinterpret_cast<InstantiateV11>(fn);
+    }
   }
   ~GraphAlloc() override { CHECK_CU(cuStreamDestroy(stream_)); }
 
@@ -366,9 +375,15 @@ class GraphAlloc : public Path {
   const char* RefusedAt() const override { return refused_at_; }
 
  private:
-  // Each kind instantiates through another entry point: WithFlags, WithParams_ptsz, WithParams.
+  // Each kind instantiates through another entry point: WithFlags, WithParams_ptsz, WithParams,
+  // and the five-argument ABI of the 11.x runtimes.
   CUresult Instantiate(CUgraphExec* exec, CUgraph graph) {
     if (kind_ == Kind::kExplicit) return cuGraphInstantiateWithFlags(exec, graph, 0);
+    if (instantiate_v11_ != nullptr) {
+      CUgraphNode error_node = nullptr;
+      char log[256];
+      return instantiate_v11_(exec, graph, &error_node, log, sizeof(log));
+    }
     CUDA_GRAPH_INSTANTIATE_PARAMS params{};
     params.hUploadStream = stream_;
     return kind_ == Kind::kExplicitPtsz ? cuGraphInstantiateWithParams_ptsz(exec, graph, &params)
@@ -402,9 +417,13 @@ class GraphAlloc : public Path {
     return CUDA_SUCCESS;
   }
 
+  // PFN_cuGraphInstantiate_v10000 / _v11000 (cudaTypedefs.h declares them for internal builds only).
+  using InstantiateV11 = CUresult(CUDAAPI*)(CUgraphExec*, CUgraph, CUgraphNode*, char*, size_t);
+
   Kind kind_;
   CUdevice dev_ = 0;
   CUstream stream_ = nullptr;
+  InstantiateV11 instantiate_v11_ = nullptr;
   std::vector<CUgraphExec> execs_;
   const char* refused_at_ = "none";
 };
@@ -428,6 +447,8 @@ std::unique_ptr<Path> MakePath(const std::string& mode) {
   if (mode == "graph") return std::make_unique<GraphAlloc>(GraphAlloc::Kind::kExplicit);
   if (mode == "graph_ptsz") return std::make_unique<GraphAlloc>(GraphAlloc::Kind::kExplicitPtsz);
   if (mode == "capture") return std::make_unique<GraphAlloc>(GraphAlloc::Kind::kCapture);
+  if (mode == "graph_v10000") return std::make_unique<GraphAlloc>(GraphAlloc::Kind::kRuntime10000);
+  if (mode == "graph_v11000") return std::make_unique<GraphAlloc>(GraphAlloc::Kind::kRuntime11000);
   return nullptr;
 }
 
