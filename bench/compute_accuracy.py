@@ -44,23 +44,20 @@ $OUT/compute-accuracy.log (every command, its stdout and stderr). Exit 1 when a 
 errs. Never changes clocks or GPU settings.
 """
 import argparse
-import ctypes
 import datetime
 import json
 import os
-import re
-import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
-import threading
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from compute_common import (ROOT, TOLERANCE, Launcher, UtilSampler, check_window, clock_of, fmt, git_describe,
+                            limited_runs_line, log, nvcc_build, other_compute_variables, util_of)
+from compute_common import is_library_variable  # noqa: F401  (still imported from here by other scripts)
+
 SPIN_SRC = os.path.join(ROOT, "bench", "compute", "spin.cu")
 TORCH_WORKER = os.path.join(ROOT, "bench", "compute", "torch_workload.py")
-TOLERANCE = 3.0        # points
 MIN_NATIVE_BUSY = 0.95  # below this the throughput ratio overstates the busy share
 
 WORKLOADS = [
@@ -73,159 +70,6 @@ WORKLOADS = [
     ("train", "PyTorch training (4-layer transformer)", "torch", "train", "steps/s"),
 ]
 WL = {w[0]: w for w in WORKLOADS}
-
-# Library variables that must not leak from this shell into the runs (cf. IsInheritedLimitVariable).
-_INDEXED = ("CUDA_DEVICE_MEMORY_LIMIT", "CUDA_DEVICE_SM_LIMIT", "CUDA_MEM_LIMIT", "CUDA_CORE_LIMIT",
-            "CUDA_CORE_SOFT_LIMIT", "WRAPPER_MAX_MEMORY")
-_EXACT = ("CUDA_OVERSUBSCRIBE", "CUDA_MEMORY_OVERSUBSCRIBE", "CUDA_TASK_PRIORITY",
-          "CUDA_DEVICE_MEMORY_SHARED_CACHE", "GPU_CORE_UTILIZATION_POLICY", "CUDA_DISABLE_CONTROL",
-          "LD_PRELOAD", "LIBCUDA_LOG_LEVEL", "LOGGER_LEVEL")
-
-
-def is_library_variable(name):
-    if name in _EXACT:
-        return True
-    if any(re.fullmatch(re.escape(b) + r"(_\d+)?", name) for b in _INDEXED):
-        return True
-    return bool(re.fullmatch(r"CUDA_DEVICE_\w+_LIMIT(_\d+)?", name))
-
-
-def log(msg):
-    print(msg, file=sys.stderr, flush=True)
-
-
-# --- GPU utilisation sampling --------------------------------------------------------------------
-
-class _NvmlUtil(ctypes.Structure):
-    _fields_ = [("gpu", ctypes.c_uint), ("memory", ctypes.c_uint)]
-
-
-class UtilSampler:
-    """Samples GPU-Util every 100 ms for the whole benchmark; mean(t0, t1) over CLOCK_MONOTONIC."""
-
-    def __init__(self, index):
-        self.index = index
-        self.samples = []  # (monotonic seconds, util %)
-        self.clocks = []   # (monotonic seconds, SM clock MHz or None); NVML source only
-        self.source = None
-        self.name = self.driver = "?"
-        self._stop = threading.Event()
-        self._thread = None
-        self._proc = None
-        self._nvml = None
-        self._handle = None
-
-    def _try_nvml(self):
-        try:
-            lib = ctypes.CDLL("libnvidia-ml.so.1")
-        except OSError as e:
-            log(f"NVML not loadable ({e}); falling back to nvidia-smi -lms 100")
-            return False
-        handle = ctypes.c_void_p()
-        for call, args in (("nvmlInit_v2", ()), ("nvmlDeviceGetHandleByIndex_v2",
-                                                   (ctypes.c_uint(self.index), ctypes.byref(handle)))):
-            rc = getattr(lib, call)(*args)
-            if rc != 0:
-                log(f"{call} returned {rc}; falling back to nvidia-smi -lms 100")
-                return False
-        buf = ctypes.create_string_buffer(96)
-        if lib.nvmlDeviceGetName(handle, buf, ctypes.c_uint(96)) == 0:
-            self.name = buf.value.decode(errors="replace")
-        if lib.nvmlSystemGetDriverVersion(buf, ctypes.c_uint(96)) == 0:
-            self.driver = buf.value.decode(errors="replace")
-        self._nvml, self._handle = lib, handle
-        return True
-
-    def start(self):
-        if self._try_nvml():
-            self.source = "NVML nvmlDeviceGetUtilizationRates, 100 ms"
-            self._thread = threading.Thread(target=self._nvml_loop, daemon=True)
-        else:
-            self.source = "nvidia-smi -lms 100"
-            try:
-                q = subprocess.run(["nvidia-smi", "-i", str(self.index), "--query-gpu=name,driver_version",
-                                    "--format=csv,noheader"], capture_output=True, text=True, timeout=30)
-                if q.returncode == 0 and "," in q.stdout:
-                    self.name, self.driver = [s.strip() for s in q.stdout.strip().split(",", 1)]
-                # timestamps come from nvidia-smi itself: its output may be block-buffered in a pipe
-                line_buffered = ["stdbuf", "-oL"] if shutil.which("stdbuf") else []
-                self._proc = subprocess.Popen(
-                    line_buffered + ["nvidia-smi", "-i", str(self.index), "--query-gpu=timestamp,utilization.gpu",
-                     "--format=csv,noheader,nounits", "-lms", "100"],
-                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-            except (OSError, subprocess.SubprocessError) as e:
-                log(f"nvidia-smi unavailable ({e}): no utilisation column")
-                self.source = None
-                return
-            self._thread = threading.Thread(target=self._smi_loop, daemon=True)
-        self._thread.start()
-
-    def _nvml_loop(self):
-        util = _NvmlUtil()
-        mhz = ctypes.c_uint()
-        errors = 0
-        while not self._stop.is_set():
-            rc = self._nvml.nvmlDeviceGetUtilizationRates(self._handle, ctypes.byref(util))
-            if rc == 0:
-                # SM clock too (NVML_CLOCK_SM = 1): under a power cap a saturating matmul runs at lower
-                # clocks natively than under a limit, which moves throughput ratios off busy shares.
-                clock = None
-                if self._nvml.nvmlDeviceGetClockInfo(self._handle, ctypes.c_uint(1), ctypes.byref(mhz)) == 0:
-                    clock = float(mhz.value)
-                self.clocks.append((time.monotonic(), clock))
-                self.samples.append((time.monotonic(), float(util.gpu)))
-            else:
-                errors += 1
-                if errors in (1, 100):
-                    log(f"nvmlDeviceGetUtilizationRates returned {rc}")
-            self._stop.wait(0.1)
-
-    def _smi_loop(self):
-        offset = time.time() - time.monotonic()
-        for line in self._proc.stdout:
-            try:
-                stamp, value = [s.strip() for s in line.split(",")]
-                wall = datetime.datetime.strptime(stamp, "%Y/%m/%d %H:%M:%S.%f").timestamp()
-                self.samples.append((wall - offset, float(value)))
-            except ValueError:
-                continue
-
-    def stop(self):
-        self._stop.set()
-        if self._proc:
-            self._proc.terminate()
-            try:
-                self._proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-        if self._thread:
-            self._thread.join(timeout=5)
-        if self._nvml:
-            self._nvml.nvmlShutdown()
-
-    def mean(self, t0, t1, wait=True):
-        if not self.source:
-            return None
-        if wait and self._proc:  # nvidia-smi output may lag: wait up to 2 s for a sample past t1
-            deadline = time.monotonic() + 2
-            while time.monotonic() < deadline and not any(t > t1 for t, _ in self.samples[-50:]):
-                time.sleep(0.1)
-        vals = [u for t, u in list(self.samples) if t0 <= t <= t1]
-        return statistics.mean(vals) if vals else None
-
-
-    def clock_mean(self, t0, t1):
-        vals = [c for t, c in list(self.clocks) if t0 <= t <= t1 and c is not None]
-        return statistics.mean(vals) if vals else None
-
-
-def clock_of(sampler, res):
-    return sampler.clock_mean(res["t_start"] + 0.3, res["t_end"])
-
-
-def util_of(sampler, res, wait=True):
-    # the first 0.3 s of a window still averages in the previous period in NVML's counter
-    return sampler.mean(res["t_start"] + 0.3, res["t_end"], wait=wait)
 
 
 # --- plan ----------------------------------------------------------------------------------------
@@ -246,19 +90,6 @@ class Settings:
         self.soft_priority = args.soft_priority
         self.sp_workload = next((w for w in ("spin50us", "spin2ms", "matmul") if w in self.workloads), None)
         self.period = args.period
-        self.period_s = parse_period(args.period) if args.period else 0.0
-
-
-def parse_period(text):
-    m = re.fullmatch(r"(\d+)(ms|s)", text.strip())
-    if not m:
-        sys.exit(f"--period {text!r}: expected a duration such as 500ms or 1s")
-    return int(m.group(1)) / (1000.0 if m.group(2) == "ms" else 1.0)
-
-
-def compute_variables():
-    """VGPU_COMPUTE_* variables of this shell: they reach the limited runs."""
-    return {k: v for k, v in sorted(os.environ.items()) if k.startswith("VGPU_COMPUTE_")}
 
 
 def build_plan(s):
@@ -305,69 +136,25 @@ def estimate_seconds(plan, s):
 class Runner:
     def __init__(self, s, library, out, build_dir, sampler, logf):
         self.s = s
-        self.library = os.path.abspath(library)
+        self.launcher = Launcher(library, logf, period=s.period, prefix="vgpu-compute-accuracy-")
         self.out = out
         self.build_dir = build_dir
         self.sampler = sampler
-        self.logf = logf
-        self.tmp = tempfile.mkdtemp(prefix="vgpu-compute-accuracy-")
-        self.ledgers = 0
-        self.base_env = {k: v for k, v in os.environ.items() if not is_library_variable(k)}
         self.spin_bin = None
         self.spin_cal = {}     # wl -> {"cycles", "dev_us"}
         self.torch_cpu = {}    # wl -> cycles per µs of torch.cuda._sleep (spin fallback)
         self.init_s = {}       # wl -> longest observed start-up (spawn to ready)
 
     def close(self):
-        shutil.rmtree(self.tmp, ignore_errors=True)
-
-    def note(self, text):
-        self.logf.write(text + "\n")
-        self.logf.flush()
+        self.launcher.close()
 
     def build_spin(self):
-        os.makedirs(self.build_dir, exist_ok=True)
-        binary = os.path.join(self.build_dir, "spin")
-        arch = "sm_90"
-        try:
-            q = subprocess.run(["nvidia-smi", "-i", str(self.sampler.index), "--query-gpu=compute_cap",
-                                "--format=csv,noheader"], capture_output=True, text=True, timeout=30)
-            m = re.fullmatch(r"(\d+)\.(\d+)", q.stdout.strip()) if q.returncode == 0 else None
-            if m:
-                arch = f"sm_{m.group(1)}{m.group(2)}"
-        except (OSError, subprocess.SubprocessError):
-            pass
-        cmd = ["nvcc", "-O2", f"-arch={arch}", "-o", binary, SPIN_SRC]
-        self.note("$ " + " ".join(cmd))
-        try:
-            r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-        except (OSError, subprocess.SubprocessError) as e:
-            log(f"nvcc failed ({e}); spin workloads fall back to torch.cuda._sleep")
-            return
-        self.note(r.stdout + r.stderr)
-        if r.returncode != 0:
-            log(f"nvcc failed (exit {r.returncode}, see the log); spin workloads fall back to torch.cuda._sleep")
-            return
-        self.spin_bin = binary
+        self.spin_bin = nvcc_build(SPIN_SRC, os.path.join(self.build_dir, "spin"), self.sampler.index,
+                                   self.launcher.note)
+        if not self.spin_bin:
+            log("spin workloads fall back to torch.cuda._sleep")
 
-    def env_for(self, target, soft=None, priority=None):
-        env = dict(self.base_env)
-        if target is None and soft is None and priority is None:
-            return env
-        self.ledgers += 1
-        env["LD_PRELOAD"] = self.library
-        env["CUDA_DEVICE_MEMORY_SHARED_CACHE"] = os.path.join(self.tmp, f"ledger-{self.ledgers}.cache")
-        if target is not None:
-            env["CUDA_DEVICE_SM_LIMIT"] = str(target)
-        if soft is not None:
-            env["CUDA_CORE_SOFT_LIMIT"] = str(soft)
-        if priority is not None:
-            env["CUDA_TASK_PRIORITY"] = str(priority)
-        if self.s.period:
-            env["VGPU_COMPUTE_PERIOD"] = self.s.period
-        return env
-
-    def command(self, wl, calibrate, barrier=None):
+    def command(self, wl, calibrate):
         _, _, backend, param, _ = WL[wl]
         if backend == "spin" and self.spin_bin:
             cal = self.spin_cal[wl]
@@ -384,29 +171,16 @@ class Runner:
                     cmd += ["--cycles-per-us", f"{self.torch_cpu[wl]:.4f}"]
             if calibrate:
                 cmd.append("--calibrate")
-        if barrier:
-            cmd += ["--barrier", barrier[0], barrier[1]]
         return cmd
 
     def timeout(self):
         return 180 + self.s.warmup + self.s.measure
 
-    def _describe_env(self, env):
-        keys = ("LD_PRELOAD", "CUDA_DEVICE_SM_LIMIT", "CUDA_CORE_SOFT_LIMIT", "CUDA_TASK_PRIORITY",
-                "CUDA_DEVICE_MEMORY_SHARED_CACHE")
-        shown = " ".join(f"{k}={env[k]}" for k in keys if k in env)
-        if "LD_PRELOAD" in env:
-            shown += "".join(f" {k}={v}" for k, v in env.items() if k.startswith("VGPU_COMPUTE_"))
-        return shown
-
-    def _finish(self, wl, proc_out, proc_err, rc, spawn):
-        self.note(f"exit {rc}\n--- stdout\n{proc_out}\n--- stderr\n{proc_err[-4000:]}")
-        if rc != 0:
-            return {"error": f"exit {rc}: {proc_err.strip().splitlines()[-1] if proc_err.strip() else ''}"[:200]}
-        lines = [l for l in proc_out.splitlines() if l.startswith("{")]
-        if not lines:
-            return {"error": "no result line"}
-        res = json.loads(lines[-1])
+    def _finish(self, wl, finished):
+        proc_out, proc_err, rc, spawn = finished
+        res = self.launcher.result_of(proc_out, proc_err, rc)
+        if "error" in res:
+            return res
         self.init_s[wl] = max(self.init_s.get(wl, 0.0), res["t_ready"] - spawn)
         if "cycles_per_us" in res and wl not in self.torch_cpu:
             self.torch_cpu[wl] = res["cycles_per_us"]
@@ -417,9 +191,9 @@ class Runner:
         if not self.spin_bin:
             return {"skipped": "torch fallback: calibrated in the first native run"}
         cmd = [self.spin_bin, "calibrate", str(WL[wl][3])]
-        self.note("$ " + " ".join(cmd))
-        r = subprocess.run(cmd, env=self.base_env, capture_output=True, text=True, timeout=120)
-        self.note(f"exit {r.returncode}\n{r.stdout}\n{r.stderr}")
+        self.launcher.note("$ " + " ".join(cmd))
+        r = subprocess.run(cmd, env=self.launcher.base_env, capture_output=True, text=True, timeout=120)
+        self.launcher.note(f"exit {r.returncode}\n{r.stdout}\n{r.stderr}")
         if r.returncode != 0:
             raise RuntimeError(f"spin calibrate {WL[wl][3]} failed: {r.stderr.strip()[-300:]}")
         cal = json.loads(r.stdout.strip().splitlines()[-1])
@@ -427,55 +201,16 @@ class Runner:
         return cal
 
     def run(self, wl, target):
-        env = self.env_for(target)
-        cmd = self.command(wl, calibrate=target is None)
-        self.note(f"$ {self._describe_env(env)} {' '.join(cmd)}")
-        spawn = time.monotonic()
-        try:
-            r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=self.timeout())
-        except subprocess.TimeoutExpired as e:
-            self.note(f"timeout\n{e.stdout}\n{e.stderr}")
-            return {"error": "timeout"}
-        except OSError as e:
-            self.note(f"cannot start: {e}")
-            return {"error": f"cannot start: {e}"}
-        return self._finish(wl, r.stdout, r.stderr, r.returncode, spawn)
+        env = self.launcher.env_for(target)
+        return self._finish(wl, self.launcher.run(self.command(wl, calibrate=target is None), env, self.timeout()))
 
     def group(self, wl, members):
-        bdir = tempfile.mkdtemp(prefix="barrier-", dir=self.tmp)
-        procs = []
-        for name, target, soft, prio, _ in members:
-            env = self.env_for(target, soft, prio)
-            cmd = self.command(wl, calibrate=False, barrier=(bdir, name))
-            self.note(f"$ {self._describe_env(env)} {' '.join(cmd)} &")
-            out_f = open(os.path.join(bdir, f"{name}.out"), "w+")
-            err_f = open(os.path.join(bdir, f"{name}.err"), "w+")
-            procs.append((name, subprocess.Popen(cmd, env=env, stdout=out_f, stderr=err_f), out_f, err_f,
-                          time.monotonic()))
-        deadline = time.monotonic() + self.timeout()
-        while time.monotonic() < deadline:  # every member warmed up, then all start together
-            if all(os.path.exists(os.path.join(bdir, "ready." + m[0])) for m in members):
-                break
-            if any(p.poll() is not None for _, p, *_ in procs):
-                break
-            time.sleep(0.05)
-        with open(os.path.join(bdir, "go.tmp"), "w") as f:
-            f.write(f"{time.monotonic() + 0.3:.6f}\n")
-        os.rename(os.path.join(bdir, "go.tmp"), os.path.join(bdir, "go"))
+        started = self.launcher.group(
+            [(name, self.command(wl, calibrate=False), self.launcher.env_for(target, soft, prio))
+             for name, target, soft, prio, _ in members], self.timeout())
         results = {}
-        for name, p, out_f, err_f, spawn in procs:
-            try:
-                rc = p.wait(timeout=max(1.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                p.kill()
-                rc = p.wait()
-                self.note(f"{name}: timeout")
-            out_f.seek(0)
-            err_f.seek(0)
-            self.note(f"[{name}]")
-            results[name] = self._finish(wl, out_f.read(), err_f.read(), rc, spawn)
-            out_f.close()
-            err_f.close()
+        for name, finished in started.items():
+            results[name] = self._finish(wl, finished)
         return results
 
 
@@ -486,10 +221,6 @@ def verdict(value, check):
         return None
     kind, bound = check
     return abs(value - bound) <= TOLERANCE if kind == "near" else value <= bound
-
-
-def fmt(v, digits=1, suffix=""):
-    return "–" if v is None else f"{v:.{digits}f}{suffix}"
 
 
 def analyse(plan, records, s):
@@ -662,15 +393,6 @@ def plot(rows, path, title):
     plt.close(fig)
 
 
-def git_describe():
-    try:
-        r = subprocess.run(["git", "-C", ROOT, "log", "-1", "--format=%h %s"], capture_output=True, text=True,
-                           timeout=10)
-        return r.stdout.strip()[:80] if r.returncode == 0 else ""
-    except (OSError, subprocess.SubprocessError):
-        return ""
-
-
 def demo_records(plan, s):
     """Made-up results to exercise the report without a GPU (--demo)."""
     import random
@@ -716,19 +438,12 @@ def main():
     s = Settings(args)
     plan = build_plan(s)
     est = estimate_seconds(plan, s)
-    if s.period_s:
-        periods = s.measure / s.period_s
-        if abs(periods - round(periods)) > 0.01 or round(periods) < 1:
-            log(f"warning: the window ({s.measure:g} s) is not a whole number of periods ({s.period}): "
-                "each rate then depends on where the window falls in a period")
+    check_window(s.measure, s.period)
 
     if args.dry_run:
         print(f"plan: {len(plan)} steps, about {est / 60:.1f} min; warm-up {s.warmup} s, window {s.measure} s, "
               f"targets {s.targets}, PASS within ±{TOLERANCE:g} points")
-        print(f"limited runs: LD_PRELOAD={os.path.abspath(args.library)} CUDA_DEVICE_SM_LIMIT=N "
-              "CUDA_DEVICE_MEMORY_SHARED_CACHE=<fresh ledger per process>"
-              + (f" VGPU_COMPUTE_PERIOD={s.period}" if s.period else "")
-              + "".join(f" {k}={v}" for k, v in compute_variables().items() if k != "VGPU_COMPUTE_PERIOD"))
+        print(limited_runs_line(args.library, s.period))
         for i, step in enumerate(plan, 1):
             if step[0] == "calibrate":
                 print(f"{i:3d}. calibrate {WL[step[1]][1]}: spin calibrate {WL[step[1]][3]:g} (native)")
@@ -766,10 +481,7 @@ def main():
         runner = Runner(s, args.library, args.out,
                         args.build_dir or os.path.join(os.path.dirname(os.path.abspath(args.library)), "bench-compute"),
                         sampler, logf)
-        time.sleep(1.0)
-        idle = sampler.mean(time.monotonic() - 1.0, time.monotonic())
-        if idle is not None and idle > 5:
-            log(f"warning: GPU-Util is {idle:.0f}% before the benchmark: is something else running on it?")
+        sampler.warn_if_busy()
         log(f"{gpu}, driver {driver}; utilisation from {source}; plan: {len(plan)} steps, about {est / 60:.1f} min")
         if any(WL[w][2] == "spin" for w in s.workloads):
             runner.build_spin()
@@ -818,7 +530,7 @@ def main():
     header = (f"vgpu compute-limit accuracy on {gpu}, driver {driver}, {date} ({mode}: targets "
               f"{', '.join(map(str, s.targets))}; warm-up {s.warmup:g} s, window {s.measure:g} s per run; "
               f"GPU-Util from {source}; library {args.library}"
-              + "".join(f"; {k}={v}" for k, v in compute_variables().items() if k != "VGPU_COMPUTE_PERIOD")
+              + other_compute_variables("; ")
               + (f"; slices: VGPU_COMPUTE_PERIOD={s.period}" if s.period else "")
               + (f", commit {commit}" if commit else "") + ")")
     text = markdown(rows, summary, s, header)

@@ -1,16 +1,21 @@
-"""PyTorch workloads for bench/compute_accuracy.py. One workload per process; prints one JSON line.
+"""PyTorch workloads for bench/compute_accuracy.py and bench/compute_matrix.py. One workload per
+process; prints one JSON line.
 
     python3 torch_workload.py <matmul|graph|train|spin> <warmup_s> <measure_s>
                               [--calibrate] [--barrier DIR NAME] [--spin-us US]
+                              [--size N] [--streams S]
 
-Each workload is a unit of work (a bf16 8192^3 matmul, one replay of a CUDA graph of a few kernels,
-one training step, one torch.cuda._sleep spin kernel) submitted in ~10 ms batches with at most two
-batches in flight (flow control through events, no host synchronisation), so the GPU never runs
-dry natively. Throughput is measured between two CUDA events on the GPU's timeline (no sync at the
-window's start). --calibrate (native runs only) measures the device time per unit behind a long
-blocker kernel at the end and reports the GPU-busy fraction rate x device time, which must be
-~1.0 for the throughput ratio to measure the busy share. --barrier: see spin.cu. Errors raise
-(every CUDA call in torch is checked), and the process exits non-zero.
+Each workload is a unit of work (a bf16 N^3 matmul, N = --size, 8192 by default; one replay of a
+CUDA graph of a few kernels, one training step, one torch.cuda._sleep spin kernel) submitted in
+~10 ms batches with at most two batches in flight (flow control through events, no host
+synchronisation), so the GPU never runs dry natively. matmul --streams S issues the matmuls from S
+streams (round robin, each stream its own operands, no dependencies between the streams: cuBLAS
+kernels of different streams may overlap); a batch's flow-control event is recorded on every stream,
+and the window's events wait for all of them. Throughput is measured between two CUDA events on the
+GPU's timeline (no sync at the window's start). --calibrate (native runs only) measures the device
+time per unit behind a long blocker kernel at the end and reports the GPU-busy fraction rate x
+device time, which must be ~1.0 for the throughput ratio to measure the busy share. --barrier: see
+spin.cu. Errors raise (every CUDA call in torch is checked), and the process exits non-zero.
 """
 import argparse
 import json
@@ -59,15 +64,24 @@ def device_time_per_unit(step, n, cycles_per_us, blocker_s=0.25):
     return per_unit, False
 
 
-def make_matmul():
-    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-    c = torch.empty(8192, 8192, device="cuda", dtype=torch.bfloat16)
+def make_matmul(n, streams):
+    """One step = one bf16 n^3 matmul on each of `streams`; returns (step, steps per batch)."""
+    operands = []
+    for s in streams:
+        with torch.cuda.stream(s):
+            operands.append((s, torch.randn(n, n, device="cuda", dtype=torch.bfloat16),
+                             torch.randn(n, n, device="cuda", dtype=torch.bfloat16),
+                             torch.empty(n, n, device="cuda", dtype=torch.bfloat16)))
 
     def step():
-        torch.matmul(a, b, out=c)
+        for s, a, b, c in operands:
+            with torch.cuda.stream(s):
+                torch.matmul(a, b, out=c)
 
-    return step, 8  # ~1.4 ms each on an H200
+    if n == 8192 and len(streams) == 1:
+        return step, 8  # ~1.4 ms each on an H200
+    unit_s = 2.0 * n ** 3 / 600e12  # ~600 TFLOP/s of bf16 on an H200
+    return step, max(1, round(0.010 / (unit_s * len(streams))))
 
 
 def make_graph():
@@ -136,18 +150,28 @@ def main():
     p.add_argument("--barrier", nargs=2, metavar=("DIR", "NAME"))
     p.add_argument("--spin-us", type=float, default=2000.0)
     p.add_argument("--cycles-per-us", type=float, default=0.0, help="for spin; measured when 0")
+    p.add_argument("--size", type=int, default=8192, help="matmul: N of the N^3 bf16 matmul")
+    p.add_argument("--streams", type=int, default=1, help="matmul: streams issuing the matmuls")
     args = p.parse_args()
+    if args.streams < 1 or args.size < 1:
+        p.error("--streams and --size must be at least 1")
+    if args.workload != "matmul" and (args.streams != 1 or args.size != 8192):
+        p.error("--streams and --size apply to matmul only")
+    if args.calibrate and args.streams > 1:
+        p.error("--calibrate times one stream's units behind a blocker: not with --streams > 1")
     t_launch = time.monotonic()  # after `import torch`; the orchestrator knows the spawn time
 
     if not torch.cuda.is_available():
         sys.exit("torch_workload: CUDA not available")
     stream = torch.cuda.Stream()  # a stream of its own, like most applications' compute stream
     torch.cuda.set_stream(stream)
+    streams = [stream] + [torch.cuda.Stream() for _ in range(args.streams - 1)]
     cpu = args.cycles_per_us
     if args.workload == "spin" and cpu <= 0:
         cpu = sleep_cycles_per_us()
+    units_per_step = len(streams) if args.workload == "matmul" else 1
     if args.workload == "matmul":
-        step, batch = make_matmul()
+        step, batch = make_matmul(args.size, streams)
     elif args.workload == "graph":
         step, batch = make_graph()
     elif args.workload == "train":
@@ -159,17 +183,25 @@ def main():
     torch.cuda.synchronize()
     t_ready = time.monotonic()
 
-    ring = [torch.cuda.Event() for _ in range(3)]
+    ring = [[torch.cuda.Event() for _ in streams] for _ in range(3)]
     state = {"submitted": 0, "batches": 0}
 
     def submit_batch():
         for _ in range(batch):
             step()
-        state["submitted"] += batch
-        ring[state["batches"] % 3].record()
+        state["submitted"] += batch * units_per_step
+        for ev, s in zip(ring[state["batches"] % 3], streams):
+            ev.record(s)
         state["batches"] += 1
         if state["batches"] >= 2:
-            ring[(state["batches"] - 2) % 3].synchronize()
+            for ev in ring[(state["batches"] - 2) % 3]:
+                ev.synchronize()
+
+    def record_joined(ev):
+        """Records `ev` on the first stream behind everything submitted so far on all of them."""
+        for s in streams[1:]:
+            stream.wait_stream(s)
+        ev.record(stream)
 
     warm_end = t_ready + args.warmup_s
     ready_written = args.barrier is None
@@ -196,12 +228,12 @@ def main():
             sys.exit("torch_workload: barrier timeout")
 
     ev_a, ev_b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    ev_a.record()
+    record_joined(ev_a)
     at_a = state["submitted"]
     t_start = time.monotonic()
     while time.monotonic() - t_start < args.measure_s:
         submit_batch()
-    ev_b.record()
+    record_joined(ev_b)
     units = state["submitted"] - at_a
     ev_b.synchronize()
     t_end = time.monotonic()

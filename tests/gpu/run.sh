@@ -8,8 +8,9 @@
 #   --only PARTS   comma-separated subset of the parts below (default: all of them but compat)
 #   --compat-bins DIR  the compat part's prebuilt programs, one folder per runtime (default:
 #                  compat-bins/ in the repository; tests/gpu/compat/README.md)
-# Parts, with their duration on an H200 (the full run, about 11 minutes, does not fit one
-# 10-minute device call: run "--only interpose,memory,oversub,overhead" and "--only compute,node"):
+# Parts, with their duration on an H200 (the full run, about 19 minutes, does not fit one
+# 10-minute device call: run "--only interpose,memory,oversub,overhead", "--only compute,node",
+# "--only matrix" and "--only compat"):
 #   interpose  the library's shape; same results with and without it (driver/runtime API,
 #              PyTorch, JAX, CuPy); hook layers; pass-through (~2 min)
 #   memory     the hard memory limit on all 14 allocation paths and under the frameworks (~1 min)
@@ -17,6 +18,10 @@
 #   overhead   launch and alloc/free cost, library against native (~2 min)
 #   compute    compute-limit accuracy, spin kernels and PyTorch training (bench/compute_accuracy.py,
 #              ~4 min; --quick ~2 min)
+#   matrix     the compute limit's concurrency matrix: streams, host threads, processes, graphs,
+#              cuBLAS, training, serving when bench/serving/serve.py exists, co-located 30+60 and
+#              3 x 30 (bench/compute_matrix.py, ~8 min; --quick: limits 30 and 60, ~5 min);
+#              VGPU_MATRIX_BUDGET=S passes --budget S (rows that would end later are not run)
 #   node       vgpu-node on real NVML (tests/node/gpu/node_gpu_check.sh, ~2 min)
 #   compat     only when named: the runtime matrix, every check of the real-GPU test programs
 #              built with CUDA 13.x here and 12.4 / 11.8 prebuilt (tests/gpu/compat/run_compat.sh,
@@ -34,13 +39,13 @@ while [ $# -gt 0 ]; do
     --quick) QUICK=1 ;;
     --only) ONLY=${2:?--only needs a list of parts}; shift ;;
     --compat-bins) COMPAT_BINS=${2:?--compat-bins needs a folder}; shift ;;
-    *) echo "usage: tests/gpu/run.sh [--quick] [--only interpose,memory,oversub,overhead,compute,node,compat] [--compat-bins DIR]" >&2; exit 2 ;;
+    *) echo "usage: tests/gpu/run.sh [--quick] [--only interpose,memory,oversub,overhead,compute,matrix,node,compat] [--compat-bins DIR]" >&2; exit 2 ;;
   esac
   shift
 done
 for part in ${ONLY//,/ }; do
-  case $part in all | interpose | memory | oversub | overhead | compute | node | compat) ;;
-    *) echo "tests/gpu/run.sh: unknown part '$part' in --only (parts: interpose memory oversub overhead compute node compat)" >&2; exit 2 ;;
+  case $part in all | interpose | memory | oversub | overhead | compute | matrix | node | compat) ;;
+    *) echo "tests/gpu/run.sh: unknown part '$part' in --only (parts: interpose memory oversub overhead compute matrix node compat)" >&2; exit 2 ;;
   esac
 done
 want() { { [ "$ONLY" = all ] && [ "$1" != compat ]; } || [[ ",$ONLY," == *",$1,"* ]]; }
@@ -227,6 +232,23 @@ PY
 )
   else
     row "compute-limit accuracy" FAIL "no results (exit $rc); see $DETAIL/compute"
+  fi
+fi
+
+# --- compute limit under concurrency: one row per workload and limit (bench/compute_matrix.py) ----
+if want matrix; then
+  echo "== compute-limit concurrency matrix (log: $DETAIL/matrix/compute-matrix.log)" | tee -a "$LOG"
+  mkdir -p "$DETAIL/matrix"
+  args=(--library "$LIB" --out "$DETAIL/matrix")
+  [ $QUICK = 1 ] && args+=(--quick)
+  [ -n "${VGPU_MATRIX_BUDGET:-}" ] && args+=(--budget "$VGPU_MATRIX_BUDGET")
+  python3 "$ROOT/bench/compute_matrix.py" "${args[@]}" >"$DETAIL/matrix/stdout.txt" 2>>"$LOG"
+  rc=$?
+  cp "$DETAIL/matrix/compute-matrix".{md,json,png} "$OUT/" 2>/dev/null
+  if [ -s "$DETAIL/matrix/compute-matrix.tsv" ]; then
+    while IFS=$'\t' read -r verdict name detail; do row "$name" "$verdict" "$detail"; done <"$DETAIL/matrix/compute-matrix.tsv"
+  else
+    row "compute-limit concurrency matrix" FAIL "no results (exit $rc); see $DETAIL/matrix"
   fi
 fi
 

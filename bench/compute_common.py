@@ -1,0 +1,429 @@
+"""What the real-GPU compute benchmarks share (bench/compute_accuracy.py, bench/compute_matrix.py).
+
+- The library's variables, which must not leak from the calling shell into the runs
+  (is_library_variable), and the VGPU_COMPUTE_* variables, which do (compute_variables).
+- UtilSampler: NVML GPU-Util, SM clock and clock-event reasons every 100 ms for the whole
+  benchmark (nvidia-smi -lms 100 for the utilisation alone when NVML cannot be loaded), averaged
+  over a run's window afterwards.
+- Launcher: starts workload processes natively or under LD_PRELOAD with a limit and a ledger
+  (a fresh one per container), alone or as a group started together through barrier files, logs
+  every command with its output, and parses a workload's JSON result line.
+- nvcc_build: builds a bench/compute/*.cu program for the GPU's compute capability.
+Standard library only; nothing here needs a GPU until a sampler is started or a command runs.
+"""
+import ctypes
+import datetime
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TOLERANCE = 3.0  # points
+
+# Library variables that must not leak from this shell into the runs (cf. IsInheritedLimitVariable).
+_INDEXED = ("CUDA_DEVICE_MEMORY_LIMIT", "CUDA_DEVICE_SM_LIMIT", "CUDA_MEM_LIMIT", "CUDA_CORE_LIMIT",
+            "CUDA_CORE_SOFT_LIMIT", "WRAPPER_MAX_MEMORY")
+_EXACT = ("CUDA_OVERSUBSCRIBE", "CUDA_MEMORY_OVERSUBSCRIBE", "CUDA_TASK_PRIORITY",
+          "CUDA_DEVICE_MEMORY_SHARED_CACHE", "GPU_CORE_UTILIZATION_POLICY", "CUDA_DISABLE_CONTROL",
+          "LD_PRELOAD", "LIBCUDA_LOG_LEVEL", "LOGGER_LEVEL")
+
+# NVML clock-event reasons that mean "held down by power or heat" (nvmlClocksEventReason*: SW power
+# cap 0x4, HW slowdown 0x8, SW thermal 0x20, HW thermal 0x40, HW power brake 0x80).
+POWER_THERMAL_REASONS = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
+
+
+def is_library_variable(name):
+    if name in _EXACT:
+        return True
+    if any(re.fullmatch(re.escape(b) + r"(_\d+)?", name) for b in _INDEXED):
+        return True
+    return bool(re.fullmatch(r"CUDA_DEVICE_\w+_LIMIT(_\d+)?", name))
+
+
+def compute_variables():
+    """VGPU_COMPUTE_* variables of this shell: they reach the limited runs."""
+    return {k: v for k, v in sorted(os.environ.items()) if k.startswith("VGPU_COMPUTE_")}
+
+
+def other_compute_variables(sep):
+    """The VGPU_COMPUTE_* variables of this shell but the period, each as `sep`NAME=VALUE."""
+    return "".join(f"{sep}{k}={v}" for k, v in compute_variables().items() if k != "VGPU_COMPUTE_PERIOD")
+
+
+def limited_runs_line(library, period):
+    """What the plan says about the environment of a limited run."""
+    return (f"limited runs: LD_PRELOAD={os.path.abspath(library)} CUDA_DEVICE_SM_LIMIT=<limit> "
+            "CUDA_DEVICE_MEMORY_SHARED_CACHE=<a fresh ledger per container>"
+            + (f" VGPU_COMPUTE_PERIOD={period}" if period else "") + other_compute_variables(" "))
+
+
+def check_window(measure, period):
+    """Seconds of a --period text (0 without one); warns when the window of `measure` seconds is
+    not a whole number of periods (each rate then depends on where the window falls in one)."""
+    if not period:
+        return 0.0
+    period_s = parse_period(period)
+    periods = measure / period_s
+    if abs(periods - round(periods)) > 0.01 or round(periods) < 1:
+        log(f"warning: the window ({measure:g} s) is not a whole number of periods ({period}): "
+            "each rate then depends on where the window falls in a period")
+    return period_s
+
+
+def parse_period(text):
+    """'500ms' / '1s' -> seconds; exits with a message naming the option otherwise."""
+    m = re.fullmatch(r"(\d+)(ms|s)", text.strip())
+    if not m:
+        sys.exit(f"--period {text!r}: expected a duration such as 500ms or 1s")
+    return int(m.group(1)) / (1000.0 if m.group(2) == "ms" else 1.0)
+
+
+def log(msg):
+    print(msg, file=sys.stderr, flush=True)
+
+
+def fmt(v, digits=1, suffix=""):
+    return "–" if v is None else f"{v:.{digits}f}{suffix}"
+
+
+def git_describe():
+    try:
+        r = subprocess.run(["git", "-C", ROOT, "log", "-1", "--format=%h %s"], capture_output=True, text=True,
+                           timeout=10)
+        return r.stdout.strip()[:80] if r.returncode == 0 else ""
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+# --- GPU utilisation sampling --------------------------------------------------------------------
+
+class _NvmlUtil(ctypes.Structure):
+    _fields_ = [("gpu", ctypes.c_uint), ("memory", ctypes.c_uint)]
+
+
+class UtilSampler:
+    """Samples GPU-Util every 100 ms for the whole benchmark; mean(t0, t1) over CLOCK_MONOTONIC.
+    With NVML also the SM clock and the clock-event reasons (capped_fraction)."""
+
+    def __init__(self, index):
+        self.index = index
+        self.samples = []  # (monotonic seconds, util %)
+        self.clocks = []   # (monotonic seconds, SM clock MHz or None); NVML source only
+        self.reasons = []  # (monotonic seconds, clock-event reason mask); NVML source only
+        self.source = None
+        self.name = self.driver = "?"
+        self._stop = threading.Event()
+        self._thread = None
+        self._proc = None
+        self._nvml = None
+        self._handle = None
+        self._reasons_call = None
+
+    def _try_nvml(self):
+        try:
+            lib = ctypes.CDLL("libnvidia-ml.so.1")
+        except OSError as e:
+            log(f"NVML not loadable ({e}); falling back to nvidia-smi -lms 100")
+            return False
+        handle = ctypes.c_void_p()
+        for call, args in (("nvmlInit_v2", ()), ("nvmlDeviceGetHandleByIndex_v2",
+                                                   (ctypes.c_uint(self.index), ctypes.byref(handle)))):
+            rc = getattr(lib, call)(*args)
+            if rc != 0:
+                log(f"{call} returned {rc}; falling back to nvidia-smi -lms 100")
+                return False
+        buf = ctypes.create_string_buffer(96)
+        if lib.nvmlDeviceGetName(handle, buf, ctypes.c_uint(96)) == 0:
+            self.name = buf.value.decode(errors="replace")
+        if lib.nvmlSystemGetDriverVersion(buf, ctypes.c_uint(96)) == 0:
+            self.driver = buf.value.decode(errors="replace")
+        for call in ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"):
+            try:
+                self._reasons_call = getattr(lib, call)
+                break
+            except AttributeError:
+                continue
+        self._nvml, self._handle = lib, handle
+        return True
+
+    def start(self):
+        if self._try_nvml():
+            self.source = "NVML nvmlDeviceGetUtilizationRates, 100 ms"
+            self._thread = threading.Thread(target=self._nvml_loop, daemon=True)
+        else:
+            self.source = "nvidia-smi -lms 100"
+            try:
+                q = subprocess.run(["nvidia-smi", "-i", str(self.index), "--query-gpu=name,driver_version",
+                                    "--format=csv,noheader"], capture_output=True, text=True, timeout=30)
+                if q.returncode == 0 and "," in q.stdout:
+                    self.name, self.driver = [s.strip() for s in q.stdout.strip().split(",", 1)]
+                # timestamps come from nvidia-smi itself: its output may be block-buffered in a pipe
+                line_buffered = ["stdbuf", "-oL"] if shutil.which("stdbuf") else []
+                self._proc = subprocess.Popen(
+                    line_buffered + ["nvidia-smi", "-i", str(self.index), "--query-gpu=timestamp,utilization.gpu",
+                     "--format=csv,noheader,nounits", "-lms", "100"],
+                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+            except (OSError, subprocess.SubprocessError) as e:
+                log(f"nvidia-smi unavailable ({e}): no utilisation column")
+                self.source = None
+                return
+            self._thread = threading.Thread(target=self._smi_loop, daemon=True)
+        self._thread.start()
+
+    def _nvml_loop(self):
+        util = _NvmlUtil()
+        mhz = ctypes.c_uint()
+        mask = ctypes.c_ulonglong()
+        errors = 0
+        while not self._stop.is_set():
+            rc = self._nvml.nvmlDeviceGetUtilizationRates(self._handle, ctypes.byref(util))
+            if rc == 0:
+                # SM clock too (NVML_CLOCK_SM = 1): under a power cap a saturating matmul runs at lower
+                # clocks natively than under a limit, which moves throughput ratios off busy shares.
+                clock = None
+                if self._nvml.nvmlDeviceGetClockInfo(self._handle, ctypes.c_uint(1), ctypes.byref(mhz)) == 0:
+                    clock = float(mhz.value)
+                now = time.monotonic()
+                self.clocks.append((now, clock))
+                if self._reasons_call is not None and self._reasons_call(self._handle, ctypes.byref(mask)) == 0:
+                    self.reasons.append((now, int(mask.value)))
+                self.samples.append((now, float(util.gpu)))
+            else:
+                errors += 1
+                if errors in (1, 100):
+                    log(f"nvmlDeviceGetUtilizationRates returned {rc}")
+            self._stop.wait(0.1)
+
+    def _smi_loop(self):
+        offset = time.time() - time.monotonic()
+        for line in self._proc.stdout:
+            try:
+                stamp, value = [s.strip() for s in line.split(",")]
+                wall = datetime.datetime.strptime(stamp, "%Y/%m/%d %H:%M:%S.%f").timestamp()
+                self.samples.append((wall - offset, float(value)))
+            except ValueError:
+                continue
+
+    def stop(self):
+        self._stop.set()
+        if self._proc:
+            self._proc.terminate()
+            try:
+                self._proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+        if self._thread:
+            self._thread.join(timeout=5)
+        if self._nvml:
+            self._nvml.nvmlShutdown()
+
+    def mean(self, t0, t1, wait=True):
+        if not self.source:
+            return None
+        if wait and self._proc:  # nvidia-smi output may lag: wait up to 2 s for a sample past t1
+            deadline = time.monotonic() + 2
+            while time.monotonic() < deadline and not any(t > t1 for t, _ in self.samples[-50:]):
+                time.sleep(0.1)
+        vals = [u for t, u in list(self.samples) if t0 <= t <= t1]
+        return statistics.mean(vals) if vals else None
+
+    def clock_mean(self, t0, t1):
+        vals = [c for t, c in list(self.clocks) if t0 <= t <= t1 and c is not None]
+        return statistics.mean(vals) if vals else None
+
+    def capped_fraction(self, t0, t1):
+        """Fraction of the samples in [t0, t1] whose clocks were held down by power or heat; None
+        without NVML's clock-event reasons."""
+        vals = [m for t, m in list(self.reasons) if t0 <= t <= t1]
+        return sum(1 for m in vals if m & POWER_THERMAL_REASONS) / len(vals) if vals else None
+
+    def warn_if_busy(self):
+        """Warns when the GPU is busy before the benchmark starts (call after start())."""
+        time.sleep(1.0)
+        idle = self.mean(time.monotonic() - 1.0, time.monotonic())
+        if idle is not None and idle > 5:
+            log(f"warning: GPU-Util is {idle:.0f}% before the benchmark: is something else running on it?")
+
+
+# The first 0.3 s of a window still averages in the previous period in NVML's counter.
+_SETTLE_S = 0.3
+
+
+def util_of(sampler, res, wait=True):
+    return sampler.mean(res["t_start"] + _SETTLE_S, res["t_end"], wait=wait)
+
+
+def clock_of(sampler, res):
+    return sampler.clock_mean(res["t_start"] + _SETTLE_S, res["t_end"])
+
+
+def capped_of(sampler, res):
+    return sampler.capped_fraction(res["t_start"] + _SETTLE_S, res["t_end"])
+
+
+# --- building and starting workloads -------------------------------------------------------------
+
+def nvcc_build(source, binary, gpu_index, note):
+    """Builds `source` into `binary` for the GPU's compute capability (sm_90 when nvidia-smi does not
+    say). Returns the binary, or None with the reason logged (`note` gets the command and output)."""
+    os.makedirs(os.path.dirname(binary), exist_ok=True)
+    arch = "sm_90"
+    try:
+        q = subprocess.run(["nvidia-smi", "-i", str(gpu_index), "--query-gpu=compute_cap",
+                            "--format=csv,noheader"], capture_output=True, text=True, timeout=30)
+        m = re.fullmatch(r"(\d+)\.(\d+)", q.stdout.strip()) if q.returncode == 0 else None
+        if m:
+            arch = f"sm_{m.group(1)}{m.group(2)}"
+    except (OSError, subprocess.SubprocessError):
+        pass
+    cmd = ["nvcc", "-O2", f"-arch={arch}", "-o", binary, source]
+    note("$ " + " ".join(cmd))
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    except (OSError, subprocess.SubprocessError) as e:
+        log(f"nvcc failed ({e})")
+        return None
+    note(r.stdout + r.stderr)
+    if r.returncode != 0:
+        log(f"nvcc failed (exit {r.returncode}, see the log)")
+        return None
+    return binary
+
+
+class Launcher:
+    """Starts workload processes and keeps the log. Not thread-safe; one benchmark at a time.
+
+    A limited process gets LD_PRELOAD=library, the limit variables and a ledger
+    (CUDA_DEVICE_MEMORY_SHARED_CACHE): a fresh one per call of env_for unless `ledger` names one
+    that the processes of one container share. A native process gets the calling shell's
+    environment less the library's variables. VGPU_COMPUTE_* variables of the shell reach every
+    process; `period` sets VGPU_COMPUTE_PERIOD for the limited ones."""
+
+    def __init__(self, library, logf, period=None, prefix="vgpu-compute-"):
+        self.library = os.path.abspath(library)
+        self.logf = logf
+        self.period = period
+        self.tmp = tempfile.mkdtemp(prefix=prefix)
+        self.ledgers = 0
+        self.base_env = {k: v for k, v in os.environ.items() if not is_library_variable(k)}
+
+    def close(self):
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def note(self, text):
+        self.logf.write(text + "\n")
+        self.logf.flush()
+
+    def new_ledger(self):
+        self.ledgers += 1
+        return os.path.join(self.tmp, f"ledger-{self.ledgers}.cache")
+
+    def env_for(self, target, soft=None, priority=None, ledger=None):
+        env = dict(self.base_env)
+        if target is None and soft is None and priority is None:
+            return env
+        env["LD_PRELOAD"] = self.library
+        env["CUDA_DEVICE_MEMORY_SHARED_CACHE"] = ledger or self.new_ledger()
+        if target is not None:
+            env["CUDA_DEVICE_SM_LIMIT"] = str(target)
+        if soft is not None:
+            env["CUDA_CORE_SOFT_LIMIT"] = str(soft)
+        if priority is not None:
+            env["CUDA_TASK_PRIORITY"] = str(priority)
+        if self.period:
+            env["VGPU_COMPUTE_PERIOD"] = self.period
+        return env
+
+    @staticmethod
+    def describe_env(env):
+        keys = ("LD_PRELOAD", "CUDA_DEVICE_SM_LIMIT", "CUDA_CORE_SOFT_LIMIT", "CUDA_TASK_PRIORITY",
+                "CUDA_DEVICE_MEMORY_SHARED_CACHE")
+        shown = " ".join(f"{k}={env[k]}" for k in keys if k in env)
+        if "LD_PRELOAD" in env:
+            shown += "".join(f" {k}={v}" for k, v in env.items() if k.startswith("VGPU_COMPUTE_"))
+        return shown
+
+    def run(self, cmd, env, timeout):
+        """Runs one process to its end. Returns (stdout, stderr, exit status, spawn time); a process
+        that could not start or ran past `timeout` gets exit status None and the reason as stderr."""
+        self.note(f"$ {self.describe_env(env)} {' '.join(cmd)}")
+        spawn = time.monotonic()
+        try:
+            r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired as e:
+            return (e.stdout or "") if isinstance(e.stdout, str) else "", "timeout", None, spawn
+        except OSError as e:
+            return "", f"cannot start: {e}", None, spawn
+        return r.stdout, r.stderr, r.returncode, spawn
+
+    def group(self, members, timeout):
+        """Starts processes together: members = [(name, cmd without --barrier, env)]. Each gets
+        `--barrier DIR NAME`, warms up, creates DIR/ready.NAME and waits for DIR/go, which holds the
+        CLOCK_MONOTONIC start time of the window (0.3 s after every member is ready). Returns
+        {name: (stdout, stderr, exit status, spawn time)} as run() does."""
+        bdir = tempfile.mkdtemp(prefix="barrier-", dir=self.tmp)
+        procs = []
+        for name, cmd, env in members:
+            cmd = cmd + ["--barrier", bdir, name]
+            self.note(f"$ {self.describe_env(env)} {' '.join(cmd)} &")
+            out_f = open(os.path.join(bdir, f"{name}.out"), "w+")
+            err_f = open(os.path.join(bdir, f"{name}.err"), "w+")
+            try:
+                proc = subprocess.Popen(cmd, env=env, stdout=out_f, stderr=err_f)
+            except OSError as e:
+                proc = None
+                err_f.write(f"cannot start: {e}")
+            procs.append((name, proc, out_f, err_f, time.monotonic()))
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:  # every member warmed up, then all start together
+            if all(os.path.exists(os.path.join(bdir, "ready." + m[0])) for m in members):
+                break
+            if any(p is None or p.poll() is not None for _, p, *_ in procs):
+                break
+            time.sleep(0.05)
+        with open(os.path.join(bdir, "go.tmp"), "w") as f:
+            f.write(f"{time.monotonic() + 0.3:.6f}\n")
+        os.rename(os.path.join(bdir, "go.tmp"), os.path.join(bdir, "go"))
+        results = {}
+        for name, p, out_f, err_f, spawn in procs:
+            rc = None
+            if p is not None:
+                try:
+                    rc = p.wait(timeout=max(1.0, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+                    err_f.write("\ntimeout")
+            out_f.seek(0)
+            err_f.seek(0)
+            self.note(f"[{name}]")
+            results[name] = (out_f.read(), err_f.read(), rc, spawn)
+            out_f.close()
+            err_f.close()
+        return results
+
+    def result_of(self, stdout, stderr, rc):
+        """Logs a finished process and parses its last JSON line: the dict, or {"error": why}."""
+        self.note(f"exit {rc}\n--- stdout\n{stdout}\n--- stderr\n{stderr[-4000:]}")
+        res = None
+        lines = [l for l in stdout.splitlines() if l.startswith("{")]
+        if lines:
+            try:
+                res = json.loads(lines[-1])
+            except ValueError as e:
+                res = {"error": f"bad result line: {e}"}
+            if not isinstance(res, dict):
+                res = {"error": "result line is not a JSON object"}
+        if rc != 0:
+            # a workload that explains its failure in its result line (serve.py) is quoted from it
+            why = str(res["error"]) if res and res.get("error") else (
+                stderr.strip().splitlines()[-1] if stderr.strip() else "")
+            return {"error": (f"exit {rc}: " if rc is not None else "") + why[:200]}
+        return res if res is not None else {"error": "no result line"}
