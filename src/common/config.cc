@@ -156,6 +156,14 @@ bool ParseBoolValue(std::string_view raw, bool* out, std::string* reason) {
   return true;
 }
 
+// VGPU_MEMORY_HEADROOM: a size, 0 allowed (no headroom).
+bool ParseHeadroom(std::string_view raw, uint64_t* out, std::string* reason) {
+  const std::optional<uint64_t> bytes = ParseSize(raw, reason);
+  if (!bytes) return false;
+  *out = *bytes;
+  return true;
+}
+
 // VGPU_COMPUTE_PERIOD: 0/off, or a duration within what the controller's debt bound allows.
 constexpr int64_t kMinPeriodMs = 10;
 constexpr int64_t kMaxPeriodMs = 5'000;
@@ -516,6 +524,10 @@ std::optional<Source<CorePolicy>> ReadScalars(DialectReader& reader, Config* con
   if (auto path = reader.ReadOne("VGPU_BOARD", ParseLedgerPath)) {
     config->board_path = std::move(path->value);
   }
+  if (auto headroom = reader.ReadOne("VGPU_MEMORY_HEADROOM", ParseHeadroom)) {
+    config->memory_headroom = headroom->value;
+    config->memory_headroom_set = true;
+  }
   if (auto turns = reader.ReadOne("VGPU_COMPUTE_TURNS", ParseBoolValue)) {
     config->compute_turns = turns->value;
   }
@@ -668,6 +680,13 @@ uint64_t Config::HostSpillLimitAll() const {
   return oversubscribe_host_limit != 0 ? oversubscribe_host_limit : memory_limit_all;
 }
 
+uint64_t Config::MemoryHeadroom(uint64_t limit) const {
+  if (limit == 0) return 0;
+  constexpr uint64_t kDefaultHeadroom = 128ull << 20;
+  const uint64_t headroom = memory_headroom_set ? memory_headroom : std::min(kDefaultHeadroom, limit / 8);
+  return std::min(headroom, limit);
+}
+
 bool Config::HasAnyMemoryLimit() const {
   for (int i = 0; i < kMaxDevices; ++i) {
     if (MemoryLimit(i) != 0) return true;
@@ -735,6 +754,7 @@ std::string Config::Describe() const {
   }
   if (!shared_cache_path.empty()) AppendLine(&out, "ledger", shared_cache_path);
   if (!board_path.empty()) AppendLine(&out, "board", board_path);
+  if (memory_headroom_set) AppendLine(&out, "memory headroom", ShowBytesLong(memory_headroom));
   if (!compute_turns) AppendLine(&out, "compute turns", "off");
   if (compute_period_ms != 0) {
     AppendLine(&out, "compute period", std::to_string(compute_period_ms) + " ms (slices)");

@@ -104,6 +104,11 @@ struct Config {
   uint64_t oversubscribe_host_limit = 0;  // CUDA_OVERSUBSCRIBE_HOST_LIMIT
   std::string shared_cache_path;          // absolute; empty = default chosen by the ledger
   std::string board_path;                 // VGPU_BOARD, absolute; empty = ledger::kDefaultBoardPath
+  // VGPU_MEMORY_HEADROOM: room the memory limit keeps for memory the driver adds without an
+  // allocation call (lazily loaded modules, library workspaces, per-stream state). Unset: the
+  // default, 128 MiB but at most an eighth of the limit. Read it through MemoryHeadroom().
+  uint64_t memory_headroom = 0;
+  bool memory_headroom_set = false;
   bool compute_turns = true;              // VGPU_COMPUTE_TURNS: limited processes take turns on a GPU
   int64_t compute_period_ms = 0;          // VGPU_COMPUTE_PERIOD: slices of this period, 0 = none
   std::vector<std::string> device_uuids;  // GPU_DEVICES_UUID, in CUDA ordinal order, validated
@@ -118,6 +123,8 @@ struct Config {
   // for devices without a per-device memory limit.
   uint64_t HostSpillLimit(int device) const;
   uint64_t HostSpillLimitAll() const;
+  // Headroom kept free under a memory limit of `limit` bytes (0 when limit is 0).
+  uint64_t MemoryHeadroom(uint64_t limit) const;
   bool HasAnyMemoryLimit() const;
   bool HasAnySmLimit() const;
 

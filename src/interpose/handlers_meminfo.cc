@@ -1,7 +1,8 @@
 // What the application sees: cuMemGetInfo, cuDeviceTotalMem and NVML's memory info report the
-// container's limit as the device's total, and a free figure consistent with what can still be
-// allocated (limit minus everything the container's processes hold, never more than the
-// device really has free).
+// container's limit as the device's total, and a free figure that can really be allocated: the
+// limit minus everything the container's processes hold (read fresh from NVML at each query)
+// minus the headroom admission keeps (memory::Headroom), never more than the device really has
+// free.
 #include <cuda.h>
 
 #include <algorithm>
@@ -23,25 +24,29 @@ struct View {
   uint64_t total;
   uint64_t free;
   uint64_t used;
+  uint64_t headroom;  // kept free by admission: neither used nor free
 };
 
 // Applies the limit of ledger device `device` to the driver's physical figures.
 View Limited(int device, uint64_t physical_total, uint64_t physical_free) {
   const uint64_t limit = memory::Limit(device);
-  if (limit == 0) return {physical_total, physical_free, physical_total - std::min(physical_free, physical_total)};
+  if (limit == 0) return {physical_total, physical_free, physical_total - std::min(physical_free, physical_total), 0};
   const uint64_t total = std::min(limit, physical_total);
-  const uint64_t used = memory::Used(device);
-  const uint64_t free = std::min(physical_free, total > used ? total - used : 0);
-  return {total, free, used};
+  const uint64_t used = std::min(memory::Used(device), total);
+  const uint64_t headroom = std::min(memory::Headroom(device), total - used);
+  const uint64_t free = std::min(physical_free, total - used - headroom);
+  return {total, free, used, headroom};
 }
 
-// Current device's view, or false when no limit applies.
+// Current device's view, or false when no limit applies. The query reads NVML afresh: memory
+// the driver added since the last reading (a library's first use loads its kernels: +92 MiB at
+// PyTorch's first tensor on an H200) would otherwise be counted as free.
 bool CurrentView(uint64_t physical_total, uint64_t physical_free, View* view) {
   if (!memory::Enabled()) return false;
   const int device = memory::CurrentDevice();
   if (device < 0 || memory::Limit(device) == 0) return false;
   memory::RefreshAllPools();  // pools may have released memory at a synchronisation
-  memory::MaybeReconcile(device);
+  memory::Reconcile(device);
   *view = Limited(device, physical_total, physical_free);
   return true;
 }
@@ -118,18 +123,24 @@ int NvmlDeviceToLedger(nvmlDevice_t device) {
 
 namespace {
 
-// Both NVML structures have total/free/used; v2 adds `reserved`, which the limit view folds
-// into `used` (the container's usage is all vgpu can attribute).
+// Both NVML structures have total/free/used, with free = total - used - reserved the same as
+// cuMemGetInfo's free. v2 reports the headroom as `reserved`; v1 has no such field and counts it
+// in `used` (used + free = total, as the driver's v1 figures do).
 template <typename Memory>
 void ApplyLimit(nvmlDevice_t device, Memory* memory) {
   const int ledger_device = NvmlDeviceToLedger(device);
   if (ledger_device < 0) return;
   memory::RefreshAllPools();
+  memory::RefreshFromDriver(ledger_device);
   const View view = Limited(ledger_device, memory->total, memory->free);
   memory->total = view.total;
-  memory->used = view.used;
-  memory->free = view.total - std::min(view.used, view.total);
-  if constexpr (requires { memory->reserved; }) memory->reserved = 0;
+  memory->free = view.free;
+  if constexpr (requires { memory->reserved; }) {
+    memory->used = view.used;
+    memory->reserved = view.headroom;
+  } else {
+    memory->used = view.used + view.headroom;
+  }
 }
 
 }  // namespace

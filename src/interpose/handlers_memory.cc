@@ -44,15 +44,17 @@ struct Spill {
   }
 };
 
-// Charges `bytes` on the current device, runs `allocate`, tracks the result under `key()`.
-// `allocate` returns the driver's result; `key` is read only after success. What the limit
-// refuses, or the driver refuses for lack of memory, goes to `spill`.
+// Charges an allocation of `requested` bytes on the current device (what the driver will take:
+// memory::ChargeSize), runs `allocate`, tracks the result under `key()`. `allocate` returns the
+// driver's result; `key` is read only after success. What the limit refuses, or the driver
+// refuses for lack of memory, goes to `spill`.
 template <typename Allocate, typename KeyOf, typename SpillFn = NoSpill>
-CUresult ChargeCurrent(uint64_t bytes, AllocKind kind, KeySpace space, Allocate allocate, KeyOf key,
+CUresult ChargeCurrent(uint64_t requested, AllocKind kind, KeySpace space, Allocate allocate, KeyOf key,
                        SpillFn spill = {}) {
   const int device = memory::CurrentDevice();
   if (device < 0) return allocate();  // no context: the driver answers as it would without us
   memory::MaybeReconcile(device);
+  const uint64_t bytes = memory::ChargeSize(device, requested);
   constexpr bool kMaySpill = !std::is_same_v<SpillFn, NoSpill>;
   // A refusal that will spill is logged by the spill (a lock-free load decides).
   const bool may_spill = kMaySpill && memory::HostLimit(device) != 0;
@@ -125,18 +127,19 @@ CUresult AllocPitch(Pfn real, Ptr* dptr, Size* pitch, Size width, Size height, u
                     [&] { return real(dptr, pitch, width, height, element); },
                     [&] { return static_cast<uint64_t>(*dptr); });
   if (result != CUDA_SUCCESS) return result;
-  const uint64_t actual = static_cast<uint64_t>(*pitch) * static_cast<uint64_t>(height);
-  if (actual == estimate) return result;
   std::optional<AllocRecord> record = memory::Find(KeySpace::kPointer, static_cast<uint64_t>(*dptr));
   if (!record) return result;
-  if (actual < estimate) {
-    memory::Release(record->device, estimate - actual);
-  } else if (!memory::Reserve(record->device, actual - estimate)) {
+  const uint64_t charged = record->bytes;
+  const uint64_t actual = memory::ChargeSize(record->device, static_cast<uint64_t>(*pitch) * static_cast<uint64_t>(height));
+  if (actual == charged) return result;
+  if (actual < charged) {
+    memory::Release(record->device, charged - actual);
+  } else if (!memory::Reserve(record->device, actual - charged)) {
     hook_cuMemFree_v2(static_cast<CUdeviceptr>(*dptr));
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   memory::Adjust(KeySpace::kPointer, static_cast<uint64_t>(*dptr),
-                 static_cast<int64_t>(actual) - static_cast<int64_t>(estimate));
+                 static_cast<int64_t>(actual) - static_cast<int64_t>(charged));
   return result;
 }
 

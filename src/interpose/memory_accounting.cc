@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <memory>
 #include <mutex>
+#include <vector>
 
 #include "common/log.h"
 #include "interpose/allocation_map.h"
@@ -45,6 +46,7 @@ struct State {
   std::atomic<uint64_t> overhead_floor[ledger::kLedgerMaxDevices];
   std::atomic<int64_t> graph_charged[ledger::kLedgerMaxDevices];
   std::atomic<int> device_ordinal[ledger::kLedgerMaxDevices];
+  std::atomic<uint64_t> granularity[ledger::kLedgerMaxDevices];  // 0 = not known: 2 MiB
   std::mutex reconcile_mu[ledger::kLedgerMaxDevices];  // one reconciliation per device at a time
   std::mutex nvml_mu;                          // our own NVML session and handle cache
   bool nvml_ready = false;                     // guarded by nvml_mu
@@ -66,6 +68,7 @@ State& S() {
     for (auto& v : g_state->overhead_floor) v.store(0);
     for (auto& v : g_state->graph_charged) v.store(0);
     for (auto& v : g_state->device_ordinal) v.store(-1);
+    for (auto& v : g_state->granularity) v.store(0);
     pthread_atfork(nullptr, nullptr, [] {
       // The child owns none of the parent's allocations and must register itself again.
       ResetAfterFork();
@@ -167,6 +170,24 @@ std::string UuidOfOrdinal(int ordinal) {
   return text;
 }
 
+namespace {
+
+// The driver's minimum allocation granularity on CUDA ordinal `ordinal` (0 when unknown).
+uint64_t AllocationGranularity(int ordinal) {
+  if (g_cuda.cuMemGetAllocationGranularity == nullptr) return 0;
+  CUmemAllocationProp prop = {};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = ordinal;
+  size_t granularity = 0;
+  if (g_cuda.cuMemGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM) != CUDA_SUCCESS) {
+    return 0;
+  }
+  return granularity;
+}
+
+}  // namespace
+
 int DeviceForOrdinal(int ordinal) {
   if (ordinal < 0 || ordinal >= kMaxDevices) return -1;
   State& s = S();
@@ -193,6 +214,7 @@ int DeviceForOrdinal(int ordinal) {
       std::lock_guard<std::mutex> lock(s.nvml_mu);
       s.device_uuid[device] = uuid;
       s.device_ordinal[device].store(ordinal);
+      s.granularity[device].store(AllocationGranularity(ordinal));
     }
   }
   s.ordinal_device[ordinal].store(device, std::memory_order_release);
@@ -205,20 +227,44 @@ int CurrentDevice() {
   return DeviceForOrdinal(static_cast<int>(dev));
 }
 
+uint64_t Headroom(int device) { return GetRuntime().config.MemoryHeadroom(S().ledger->MemoryLimit(device)); }
+
+uint64_t Available(int device) {
+  State& s = S();
+  const uint64_t limit = s.ledger->MemoryLimit(device);
+  const uint64_t taken = s.ledger->DeviceUsed(device) + Headroom(device);
+  return limit > taken ? limit - taken : 0;
+}
+
+uint64_t ChargeSize(int device, uint64_t bytes) {
+  constexpr uint64_t kDefaultGranularity = 2ULL << 20;
+  constexpr uint64_t kSmallUnit = 512;
+  uint64_t granularity = device >= 0 ? S().granularity[device].load(std::memory_order_relaxed) : 0;
+  if (granularity == 0) granularity = kDefaultGranularity;
+  const uint64_t unit = bytes > granularity / 2 ? granularity : kSmallUnit;
+  if (bytes > UINT64_MAX - unit) return bytes;
+  return (bytes + unit - 1) / unit * unit;
+}
+
 bool Reserve(int device, uint64_t bytes, bool log_refusal) {
   State& s = S();
   const int slot = s.slot.load(std::memory_order_relaxed);
   const uint64_t limit = s.ledger->MemoryLimit(device);
-  if (bytes > 0 && limit > 0 && s.ledger->DeviceUsed(device) + bytes + kNearLimitBytes > limit) Reconcile(device);
-  if (s.ledger->TryReserve(slot, device, bytes)) return true;
-  // Before refusing: our overhead may have shrunk (a pool trimmed, a module unloaded). Then try
+  const uint64_t headroom = Headroom(device);
+  if (bytes > 0 && limit > 0 && s.ledger->DeviceUsed(device) + bytes + headroom + kNearLimitBytes > limit) {
+    Reconcile(device);
+  }
+  if (s.ledger->TryReserve(slot, device, bytes, headroom)) return true;
+  // Before refusing: our overhead may have shrunk (a pool trimmed, a module unloaded), or a dead
+  // process's memory may have been let go by the driver (Reconcile tells the ledger). Then try
   // once more (TryReserve itself reclaims dead processes before it refuses).
   RefreshAllPools();
   Reconcile(device);
-  if (s.ledger->TryReserve(slot, device, bytes)) return true;
+  if (s.ledger->TryReserve(slot, device, bytes, headroom)) return true;
   if (log_refusal) {
-    VGPU_INFO("refused %" PRIu64 " bytes on ledger device %d: %" PRIu64 " of %" PRIu64 " in use",
-              bytes, device, s.ledger->DeviceUsed(device), s.ledger->MemoryLimit(device));
+    VGPU_INFO("refused %" PRIu64 " bytes on ledger device %d: %" PRIu64 " of %" PRIu64 " in use, %" PRIu64
+              " kept free as headroom", bytes, device, s.ledger->DeviceUsed(device), s.ledger->MemoryLimit(device),
+              headroom);
   }
   return false;
 }
@@ -255,26 +301,44 @@ bool EnsureNvml(State& s) {
   return true;
 }
 
-// NVML's per-process usage of this process on `device`, or -1.
-int64_t NvmlProcessUsage(State& s, int device) {
+// NVML's list of every compute process on `device` (host pids), read at *read_at (the ledger's
+// drain clock, read before asking NVML). false when NVML cannot answer.
+bool NvmlProcesses(State& s, int device, std::vector<ledger::Ledger::DriverProcess>* out, uint64_t* read_at) {
   std::lock_guard<std::mutex> lock(s.nvml_mu);
-  if (!EnsureNvml(s) || s.device_uuid[device].empty()) return -1;
+  if (!EnsureNvml(s) || s.device_uuid[device].empty()) return false;
   if (s.nvml_device[device] == nullptr &&
       (g_nvml.nvmlDeviceGetHandleByUUID == nullptr ||
        g_nvml.nvmlDeviceGetHandleByUUID(s.device_uuid[device].c_str(), &s.nvml_device[device]) != NVML_SUCCESS)) {
-    return -1;
+    return false;
   }
-  if (g_nvml.nvmlDeviceGetComputeRunningProcesses_v3 == nullptr) return -1;
-  nvmlProcessInfo_t infos[256];
-  unsigned int count = 256;
-  if (g_nvml.nvmlDeviceGetComputeRunningProcesses_v3(s.nvml_device[device], &count, infos) != NVML_SUCCESS) {
-    return -1;
+  if (g_nvml.nvmlDeviceGetComputeRunningProcesses_v3 == nullptr) return false;
+  *read_at = ledger::Ledger::ClockNs();
+  std::vector<nvmlProcessInfo_t> infos(64);
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    unsigned int count = static_cast<unsigned int>(infos.size());
+    const nvmlReturn_t rc = g_nvml.nvmlDeviceGetComputeRunningProcesses_v3(s.nvml_device[device], &count, infos.data());
+    if (rc == NVML_ERROR_INSUFFICIENT_SIZE) {
+      infos.resize(std::max<size_t>(count + 16, infos.size() * 2));  // processes came and went
+      continue;
+    }
+    if (rc != NVML_SUCCESS) return false;
+    out->clear();
+    for (unsigned int i = 0; i < count; ++i) {
+      const uint64_t bytes = infos[i].usedGpuMemory == NVML_VALUE_NOT_AVAILABLE_ULL ? 0 : infos[i].usedGpuMemory;
+      out->push_back({static_cast<int32_t>(infos[i].pid), bytes});
+    }
+    return true;
   }
-  const unsigned int pid = static_cast<unsigned int>(registration::HostPid());  // NVML lists host pids
-  for (unsigned int i = 0; i < count; ++i) {
-    if (infos[i].pid == pid) return static_cast<int64_t>(infos[i].usedGpuMemory);
+  return false;
+}
+
+// This process's figure in an NVML list (0: no context on the device yet).
+int64_t OwnUsage(const std::vector<ledger::Ledger::DriverProcess>& processes) {
+  const int32_t pid = registration::HostPid();  // NVML lists host pids
+  for (const auto& p : processes) {
+    if (p.host_pid == pid) return static_cast<int64_t>(p.bytes);
   }
-  return 0;  // no context on this device yet
+  return 0;
 }
 
 }  // namespace
@@ -311,15 +375,17 @@ uint64_t VisibleCharge(State& s, int slot, int device) {
 
 }  // namespace
 
-void Reconcile(int device, bool after_context) {
+bool Reconcile(int device, bool after_context) {
   State& s = S();
-  if (device < 0) return;
+  if (device < 0) return false;
   s.next_reconcile_ns[device].store(NowNs() + kReconcileIntervalNs, std::memory_order_relaxed);
   std::lock_guard<std::mutex> lock(s.reconcile_mu[device]);
   const int slot = s.slot.load(std::memory_order_relaxed);
   const uint64_t visible_before = VisibleCharge(s, slot, device);
-  const int64_t used = NvmlProcessUsage(s, device);
-  if (used < 0) return;
+  std::vector<ledger::Ledger::DriverProcess> processes;
+  uint64_t read_at = 0;
+  if (!NvmlProcesses(s, device, &processes, &read_at)) return false;
+  const int64_t used = OwnUsage(processes);
   const uint64_t visible = std::min(visible_before, VisibleCharge(s, slot, device));
   uint64_t overhead = static_cast<uint64_t>(used) > visible ? static_cast<uint64_t>(used) - visible : 0;
   if (after_context && overhead > s.overhead_floor[device].load(std::memory_order_relaxed)) {
@@ -327,6 +393,73 @@ void Reconcile(int device, bool after_context) {
   }
   overhead = std::max(overhead, s.overhead_floor[device].load(std::memory_order_relaxed));
   s.ledger->SetOverhead(slot, device, overhead);
+  // The rest of the list: the container's other processes and its dead ones.
+  s.ledger->ApplyDriverView(device, processes.data(), static_cast<int>(processes.size()), read_at);
+  return true;
+}
+
+void RefreshFromDriver(int device) {
+  State& s = S();
+  if (device < 0) return;
+  std::vector<ledger::Ledger::DriverProcess> processes;
+  uint64_t read_at = 0;
+  if (NvmlProcesses(s, device, &processes, &read_at)) {
+    s.ledger->ApplyDriverView(device, processes.data(), static_cast<int>(processes.size()), read_at);
+  }
+}
+
+bool ReserveContext(int ordinal, bool new_memory, ContextCharge* charge) {
+  *charge = ContextCharge{};
+  if (!Enabled() || !new_memory) return true;
+  const int device = DeviceForOrdinal(ordinal);
+  if (device < 0 || Limit(device) == 0) return true;
+  State& s = S();
+  const int slot = s.slot.load(std::memory_order_relaxed);
+  // The size learned from the container's earlier contexts. Before the first one is measured
+  // the size is a guess (518 MiB on an H200), so the guess holds what it can and never refuses:
+  // processes starting together must not starve each other on guesses; FinishContext measures
+  // the real size and refuses a context that does not fit after all.
+  constexpr uint64_t kFirstContextGuess = 512ULL << 20;
+  const uint64_t known = s.ledger->ContextBytes(device);
+  charge->device = device;
+  charge->overhead_before = s.ledger->SlotOverhead(slot, device);
+  uint64_t estimate = known;
+  if (known == 0) {
+    estimate = std::min(kFirstContextGuess, Available(device));
+    if (estimate == 0 || !Reserve(device, estimate, /*log_refusal=*/false)) return true;
+  } else if (!Reserve(device, estimate)) {
+    VGPU_ERROR("a new context on CUDA device %d needs about %" PRIu64 " MiB and does not fit the memory limit "
+               "(%" PRIu64 " MiB, %" PRIu64 " MiB in use by the container); refused with CUDA_ERROR_OUT_OF_MEMORY",
+               ordinal, estimate >> 20, Limit(device) >> 20, Used(device) >> 20);
+    charge->device = -1;
+    return false;
+  }
+  NoteInflight(device, static_cast<int64_t>(estimate));  // not in NVML's figure yet
+  charge->reserved = estimate;
+  return true;
+}
+
+bool FinishContext(const ContextCharge& charge, bool created) {
+  if (charge.device < 0) return true;
+  State& s = S();
+  const int slot = s.slot.load(std::memory_order_relaxed);
+  bool measured = false;
+  if (created) {
+    measured = Reconcile(charge.device, /*after_context=*/true);
+    const uint64_t after = s.ledger->SlotOverhead(slot, charge.device);
+    if (measured && after > charge.overhead_before) s.ledger->NoteContextBytes(charge.device, after - charge.overhead_before);
+    // Without NVML the reservation stands in for the context's memory.
+    if (!measured && charge.reserved > 0) {
+      s.ledger->SetOverhead(slot, charge.device, charge.overhead_before + charge.reserved);
+    }
+  }
+  if (charge.reserved > 0) {
+    Release(charge.device, charge.reserved);
+    NoteInflight(charge.device, -static_cast<int64_t>(charge.reserved));
+  }
+  if (!created) return true;
+  const uint64_t limit = Limit(charge.device);
+  return limit == 0 || Used(charge.device) <= limit;
 }
 
 void MaybeReconcile(int device) {

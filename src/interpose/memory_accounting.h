@@ -38,9 +38,40 @@ int CurrentDevice();
 // Ledger device for a CUDA ordinal, or -1.
 int DeviceForOrdinal(int ordinal);
 
-// Charges `bytes` on `device`; false = over the limit (a refusal was counted, and logged at
-// info level when `log_refusal`; a caller that spills instead logs what it does).
+// Charges `bytes` on `device`; false = over the limit less the headroom (a refusal was counted,
+// and logged at info level when `log_refusal`; a caller that spills instead logs what it does).
 bool Reserve(int device, uint64_t bytes, bool log_refusal = true);
+
+// What an allocation of `bytes` really takes on `device`, which is what it is charged. Above
+// half the allocation granularity the driver rounds up to the granularity (2 MiB on an H200:
+// 1.5 MiB takes 2, 2 MiB + 1 byte takes 4); smaller ones share pages (charged in 512-byte units;
+// a partly used page appears as overhead at the next reconciliation).
+uint64_t ChargeSize(int device, uint64_t bytes);
+
+// Room the limit keeps free on `device` for memory the driver adds without an allocation call
+// (VGPU_MEMORY_HEADROOM; 0 without a limit). Admission refuses what would eat into it, and the
+// free figure leaves it out, so what the application is told is free can be allocated.
+uint64_t Headroom(int device);
+// limit - used - headroom (0 when that is negative); for a device without a limit, 0.
+uint64_t Available(int device);
+
+// Contexts are charged before they exist: creating one adds its memory at once (518 MiB for a
+// runtime context on an H200, driver 580, the first and every further one), without an
+// allocation call, so the size learned from earlier contexts of the container (ledger
+// ContextBytes) is reserved first.
+struct ContextCharge {
+  int device = -1;           // ledger device; -1: not accounted (no limit, unknown device)
+  uint64_t reserved = 0;     // bytes reserved for the context
+  uint64_t overhead_before = 0;
+};
+// Before creating a context on CUDA ordinal `ordinal`. false: it does not fit (refuse the
+// creation with CUDA_ERROR_OUT_OF_MEMORY). `new_memory`: false when the call cannot create
+// memory (the primary context is already active), then nothing is reserved.
+bool ReserveContext(int ordinal, bool new_memory, ContextCharge* charge);
+// After the creation call (`created`: it succeeded): measures the context with NVML, learns its
+// size for the container, and gives the reservation back. Returns false when the container is
+// now over its limit: the caller destroys the context and refuses it.
+bool FinishContext(const ContextCharge& charge, bool created);
 void Release(int device, uint64_t bytes);
 
 // The host budget of oversubscription (memory_spill.h): the ledger's host limit of `device`
@@ -67,9 +98,15 @@ void NoteGraphCharge(int device, int64_t delta);
 // then is kept as a floor, because later NVML figures can fall short of what is charged when the
 // driver has not made memory resident (managed memory, untouched), which would otherwise hide
 // the context.
-void Reconcile(int device, bool after_context = false);
+// Returns false when NVML could not be read (nothing changed).
+bool Reconcile(int device, bool after_context = false);
 // Reconciles when the last reconciliation on `device` is older than the interval.
 void MaybeReconcile(int device);
+// Reconciliation reads NVML's list of every process on the GPU; the ledger takes from it what
+// other processes of the container hold beyond their charges and which dead ones the driver has
+// let go (Ledger::ApplyDriverView). A process without a context on `device` (nvidia-smi) does
+// only that part.
+void RefreshFromDriver(int device);
 
 // Limit (0 = unlimited) and container-wide usage of a ledger device.
 uint64_t Limit(int device);

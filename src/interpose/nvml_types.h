@@ -45,6 +45,9 @@ typedef struct nvmlMemory_v2_st {
 // NVML_STRUCT_VERSION(Memory, 2): sizeof | (version << 24).
 #define VGPU_NVML_MEMORY_V2 (unsigned int)(sizeof(nvmlMemory_v2_t) | (2u << 24))
 
+// usedGpuMemory when the driver cannot tell (e.g. without permission on Windows).
+#define NVML_VALUE_NOT_AVAILABLE_ULL 0xFFFFFFFFFFFFFFFFULL
+
 typedef struct nvmlProcessInfo_st {  // layout of the _v2 and _v3 queries
   unsigned int pid;
   unsigned long long usedGpuMemory;

@@ -121,15 +121,15 @@ struct Ledger::Impl {
   void Unlock() const { pthread_mutex_unlock(&file->header.mutex); }
 
   void Reclaim() const {
-    internal::ReclaimDeadSlots(file, IsProcessAlive);
+    internal::ReclaimDeadSlots(file, IsProcessAlive, Ledger::ClockNs());
     file->header.last_reclaim_ns = CoarseNs();
   }
 
   bool Writable() const { return !read_only && file != nullptr; }
 
   // TryReserve / TrySpill and Release / ReleaseSpill: one budget's admission protocol.
-  bool Admit(internal::Admission (*admit)(File*, int, int, uint64_t), uint64_t format::DeviceRecord::*refusals,
-             int slot, int device, uint64_t bytes);
+  bool Admit(internal::Admission (*admit)(File*, int, int, uint64_t, uint64_t), uint64_t format::DeviceRecord::*refusals,
+             int slot, int device, uint64_t bytes, uint64_t keep_free);
   void GiveBack(bool (*give_back)(File*, int, int, uint64_t), const char* what, int slot, int device, uint64_t bytes);
 
   static std::unique_ptr<Impl> OpenWritable(const std::string& path, const LimitSet* create_with, mode_t mode,
@@ -301,7 +301,7 @@ int Ledger::RegisterProcess(int32_t pid, int32_t host_pid, uint64_t start_time) 
 void Ledger::UnregisterProcess(int slot) {
   Impl& m = *impl_;
   if (slot < 0 || slot >= kLedgerMaxProcesses || !m.Writable() || !m.Lock(false)) return;
-  if (m.file->slots[slot].state == format::kSlotActive) internal::FreeSlot(m.file, slot);
+  if (internal::HoldsCharges(m.file->slots[slot])) internal::FreeSlot(m.file, slot);
   m.Unlock();
 }
 
@@ -389,21 +389,21 @@ LimitSet Ledger::Limits() const {
 
 namespace {
 
-using AdmitFn = Admission (*)(File*, int, int, uint64_t);
+using AdmitFn = Admission (*)(File*, int, int, uint64_t, uint64_t);
 using GiveBackFn = bool (*)(File*, int, int, uint64_t);
 
 }  // namespace
 
 // Admission with one retry after reclaiming dead processes; `refusals` counts a final refusal.
 bool Ledger::Impl::Admit(AdmitFn admit, uint64_t format::DeviceRecord::*refusals, int slot, int device,
-                         uint64_t bytes) {
+                         uint64_t bytes, uint64_t keep_free) {
   if (!Writable() || !Lock(true)) return false;
-  Admission admission = admit(file, slot, device, bytes);
+  Admission admission = admit(file, slot, device, bytes, keep_free);
   if (admission == Admission::kRefused) {
-    // Dead processes may hold what this one needs: reclaim now rather than at the next interval.
-    const uint64_t before = file->header.reclaimed_processes;
+    // Dead processes may hold what this one needs: reclaim now rather than at the next interval
+    // (a slot that starts to drain returns its host bytes at once, its device bytes later).
     Reclaim();
-    if (file->header.reclaimed_processes != before) admission = admit(file, slot, device, bytes);
+    admission = admit(file, slot, device, bytes, keep_free);
     if (admission == Admission::kRefused) ++(file->devices[device].*refusals);
   }
   Unlock();
@@ -420,8 +420,8 @@ void Ledger::Impl::GiveBack(GiveBackFn give_back, const char* what, int slot, in
   }
 }
 
-bool Ledger::TryReserve(int slot, int device, uint64_t bytes) {
-  return impl_->Admit(internal::ReserveLocked, &format::DeviceRecord::oom_refusals, slot, device, bytes);
+bool Ledger::TryReserve(int slot, int device, uint64_t bytes, uint64_t keep_free) {
+  return impl_->Admit(internal::ReserveLocked, &format::DeviceRecord::oom_refusals, slot, device, bytes, keep_free);
 }
 
 void Ledger::Release(int slot, int device, uint64_t bytes) {
@@ -429,7 +429,7 @@ void Ledger::Release(int slot, int device, uint64_t bytes) {
 }
 
 bool Ledger::TrySpill(int slot, int device, uint64_t bytes) {
-  return impl_->Admit(internal::SpillLocked, &format::DeviceRecord::spill_refusals, slot, device, bytes);
+  return impl_->Admit(internal::SpillLocked, &format::DeviceRecord::spill_refusals, slot, device, bytes, 0);
 }
 
 void Ledger::ReleaseSpill(int slot, int device, uint64_t bytes) {
@@ -466,6 +466,35 @@ uint64_t Ledger::DeviceSpilled(int device) const {
 uint64_t Ledger::SlotSpilled(int slot, int device) const {
   if (slot < 0 || slot >= kLedgerMaxProcesses || device < 0 || device >= kLedgerMaxDevices) return 0;
   return impl_->file->slots[slot].spilled[device].load(kRelaxed);
+}
+
+int Ledger::ApplyDriverView(int device, const DriverProcess* processes, int count, uint64_t read_at_ns) {
+  Impl& m = *impl_;
+  if (count < 0 || (count > 0 && processes == nullptr) || !m.Writable() || !m.Lock(true)) return 0;
+  const int freed = internal::ApplyDriverViewLocked(m.file, device, processes, count, read_at_ns);
+  m.Unlock();
+  return freed;
+}
+
+uint64_t Ledger::ClockNs() {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);  // vDSO: no system call
+  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000 + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+void Ledger::NoteContextBytes(int device, uint64_t bytes) {
+  Impl& m = *impl_;
+  if (device < 0 || device >= kLedgerMaxDevices || bytes == 0 || !m.Writable() || !m.Lock(true)) return;
+  if (device < static_cast<int>(m.file->header.device_count)) {
+    format::AtomicU64& known = m.file->devices[device].context_bytes;
+    known.store(std::max(known.load(kRelaxed), std::min(bytes, format::kMaxPlausibleBytes)), kRelaxed);
+  }
+  m.Unlock();
+}
+
+uint64_t Ledger::ContextBytes(int device) const {
+  if (device < 0 || device >= kLedgerMaxDevices) return 0;
+  return impl_->file->devices[device].context_bytes.load(kRelaxed);
 }
 
 int Ledger::ReclaimDead() {

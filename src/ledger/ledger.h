@@ -22,10 +22,16 @@
 //   - The lock is a process-shared robust mutex in the file. A process killed while holding it
 //     leaves it "owner dead"; the next locker recomputes every device total from the live slots
 //     (the totals are redundant sums, so recovery is exact).
-//   - Dead processes' bytes are reclaimed automatically: every lock holder reclaims when at
+//   - Dead processes' bytes are reclaimed automatically: every lock holder scans when at
 //     least kReclaimIntervalNs has passed since the last scan, and on every refused reservation.
 //     Dead = kill(pid, 0) fails with ESRCH, or /proc/<pid>/stat shows another start time or a
 //     zombie. Slots written during an earlier boot (the file's boot id differs) are all dead.
+//     A dead process's device memory is not free when the process is: the driver tears its
+//     context down afterwards (NVML still listed a SIGKILLed process's memory ~100 ms after it
+//     became a zombie on an H200). So a dead slot that holds device bytes first becomes
+//     "draining": its bytes keep counting until a reading of the driver taken after it was found
+//     dead (ApplyDriverView) no longer lists it on any device it held, or kDrainTimeoutNs passed
+//     (nobody read the driver). Dead slots that hold no device bytes are freed at once.
 //   - Lock waits are bounded (kLockTimeoutNs). A lock that cannot be taken (timeout, or
 //     ENOTRECOVERABLE) makes TryReserve refuse (never "unlimited") and is reported by Health().
 //   - Limits are written by the authority (vgpu run, the node daemon). When no authority created
@@ -66,6 +72,9 @@ inline constexpr int kLedgerMaxDevices = 16;
 inline constexpr int kLedgerMaxProcesses = 1024;
 inline constexpr int64_t kReclaimIntervalNs = 200'000'000;  // 200 ms
 inline constexpr int64_t kLockTimeoutNs = 10'000'000'000;   // 10 s: longer = corrupt or stopped holder
+// A draining slot nobody confirmed gone is freed after this (the driver's teardown of a killed
+// process took ~100 ms on an H200; without any NVML reading, waiting longer gains nothing).
+inline constexpr int64_t kDrainTimeoutNs = 1'000'000'000;
 
 enum class Authority : uint32_t { kLibrary = 0, kVgpuRun = 1, kNodeDaemon = 2 };
 inline constexpr uint32_t kMaxAuthority = 2;
@@ -131,6 +140,7 @@ struct DeviceUsage {
   uint64_t spilled = 0;           // host bytes spilled by live processes
   uint64_t spill_peak = 0;        // highest `spilled` ever admitted
   uint64_t spill_refusals = 0;    // spills refused at the host limit
+  uint64_t context_bytes = 0;     // largest context measured on the device (0 = none yet)
 };
 
 struct ProcessUsage {
@@ -138,6 +148,7 @@ struct ProcessUsage {
   int32_t host_pid = 0;      // pid as the host / NVML sees it (== pid outside containers)
   uint64_t start_time = 0;   // clock ticks since boot, /proc/<pid>/stat field 22
   bool alive = false;        // liveness checked when the snapshot was taken (see ReclaimDead)
+  bool draining = false;     // dead, its memory still counted until the driver lets it go
   uint64_t charged[kLedgerMaxDevices] = {};   // allocations
   uint64_t overhead[kLedgerMaxDevices] = {};  // context/module memory from NVML reconciliation
   uint64_t spilled[kLedgerMaxDevices] = {};   // host-backed allocations (oversubscription)
@@ -210,11 +221,13 @@ class Ledger {
   // The limits now in the file (authority, defaults, one DeviceLimit per device record).
   LimitSet Limits() const;
 
-  // Reserve-then-allocate. Charges `bytes` to `slot` on `device` if the device total stays
-  // within its limit; otherwise reclaims dead processes, retries once, and if still refused
-  // returns false and counts a refusal. Also false (not counted) for an invalid or unregistered
-  // slot, an invalid device, or a lock failure. bytes == 0 always succeeds.
-  bool TryReserve(int slot, int device, uint64_t bytes);
+  // Reserve-then-allocate. Charges `bytes` to `slot` on `device` if the device total plus
+  // `keep_free` stays within its limit (keep_free: room admission keeps for memory the driver
+  // adds without an allocation call; ignored on a device without a limit); otherwise reclaims
+  // dead processes, retries once, and if still refused returns false and counts a refusal. Also
+  // false (not counted) for an invalid or unregistered slot, an invalid device, or a lock
+  // failure. bytes == 0 always succeeds.
+  bool TryReserve(int slot, int device, uint64_t bytes, uint64_t keep_free = 0);
   // Returns `bytes` of the slot's charge (at most what it holds: an over-release is clamped and
   // reported by Health()).
   void Release(int slot, int device, uint64_t bytes);
@@ -238,8 +251,30 @@ class Ledger {
   uint64_t DeviceSpilled(int device) const;
   uint64_t SlotSpilled(int slot, int device) const;
 
-  // Reclaims the charges of dead processes now; returns how many slots were reclaimed.
+  // Reclaims the charges of dead processes now; returns how many slots were freed (dead slots
+  // that still hold device bytes become draining instead, see above).
   int ReclaimDead();
+
+  // What the driver (NVML) lists on `device`: per host pid, the bytes it attributes to it.
+  struct DriverProcess {
+    int32_t host_pid = 0;
+    uint64_t bytes = 0;
+  };
+  // Applies a reading of the driver's per-process list of `device`, taken at `read_at_ns`
+  // (ClockNs() read BEFORE the driver was asked): draining slots found dead before that and not
+  // listed are confirmed gone on the device (freed once gone from every device they held), and
+  // a listed live slot whose driver figure exceeds what it holds (charged + overhead) gets its
+  // overhead raised to the difference (memory its own process has not reconciled yet; never
+  // lowered here: another process's charges in flight are invisible to this one). Returns how
+  // many slots were freed.
+  int ApplyDriverView(int device, const DriverProcess* processes, int count, uint64_t read_at_ns);
+  // The clock of drain times (CLOCK_MONOTONIC, from the vDSO).
+  static uint64_t ClockNs();
+
+  // Context memory: the largest context measured on `device` (0 = none yet). NoteContextBytes
+  // raises it; ContextBytes is a lock-free load.
+  void NoteContextBytes(int device, uint64_t bytes);
+  uint64_t ContextBytes(int device) const;
 
   // A consistent copy of the ledger (under the lock; a read-only ledger re-reads the file).
   // Does not reclaim. On failure (lock, or a read-only file that became invalid) the snapshot

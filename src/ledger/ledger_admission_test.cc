@@ -339,22 +339,100 @@ pid_t LedgerAdmissionTest::StartCharger(uint64_t bytes, char* answer, void (*the
   return child;
 }
 
-TEST_F(LedgerAdmissionTest, DeadProcessesAreReclaimedZombieOrReaped) {
+// A reading of the driver taken after a dead process was found dead.
+uint64_t ReadingAfterNow() {
+  usleep(1'000);
+  return Ledger::ClockNs();
+}
+
+TEST_F(LedgerAdmissionTest, DeadProcessesDrainUntilTheDriverNoLongerListsThem) {
   Open(testing::Uniform(kGiB));
   char c = 0;
   const pid_t child = StartCharger(100 * kMiB, &c);
   ASSERT_EQ(c, 'y');
   EXPECT_EQ(ledger_->DeviceUsed(device_), 100 * kMiB);
   // The child has exited without unregistering; unreaped it is a zombie, which counts as dead.
+  // Its memory is not free yet: the driver tears its context down after it is gone.
   for (int i = 0; i < 2000 && IsProcessAlive(child, 0); ++i) usleep(1000);
-  EXPECT_EQ(ledger_->ReclaimDead(), 1);
+  EXPECT_EQ(ledger_->ReclaimDead(), 0);
+  EXPECT_EQ(ledger_->DeviceUsed(device_), 100 * kMiB);
+  Snapshot snapshot = ledger_->Read();
+  ASSERT_EQ(snapshot.processes.size(), 2u);
+  EXPECT_TRUE(snapshot.processes.at(1).draining);
+  EXPECT_FALSE(snapshot.processes.at(0).draining);
+  // A reading that still lists it keeps the charge; so does one taken before it was found dead.
+  const Ledger::DriverProcess listed[] = {{getpid(), 0}, {child, 100 * kMiB}};
+  EXPECT_EQ(ledger_->ApplyDriverView(device_, listed, 2, ReadingAfterNow()), 0);
+  EXPECT_EQ(ledger_->ApplyDriverView(device_, nullptr, 0, 1), 0);
+  EXPECT_EQ(ledger_->DeviceUsed(device_), 100 * kMiB);
+  // Gone from the driver's list: the charge comes back.
+  EXPECT_EQ(ledger_->ApplyDriverView(device_, listed, 1, ReadingAfterNow()), 1);
   EXPECT_EQ(ledger_->DeviceUsed(device_), 0u);
-  EXPECT_EQ(ledger_->Read().reclaimed_processes, 1u);
+  snapshot = ledger_->Read();
+  EXPECT_EQ(snapshot.reclaimed_processes, 1u);
+  EXPECT_EQ(snapshot.processes.size(), 1u);
   EXPECT_EQ(testing::WaitChild(child, 5000), 0);
   EXPECT_EQ(ledger_->ReclaimDead(), 0);
 }
 
-TEST_F(LedgerAdmissionTest, ADeadProcesssSpillIsReclaimedAndARefusedSpillReclaimsAtOnce) {
+TEST_F(LedgerAdmissionTest, ADrainingProcessNobodyConfirmsIsFreedAfterTheTimeout) {
+  Open(testing::Uniform(kGiB));
+  char c = 0;
+  const pid_t child = StartCharger(100 * kMiB, &c);
+  ASSERT_EQ(c, 'y');
+  ASSERT_EQ(testing::WaitChild(child, 5000), 0);
+  EXPECT_EQ(ledger_->ReclaimDead(), 0);
+  EXPECT_EQ(ledger_->DeviceUsed(device_), 100 * kMiB);
+  usleep(static_cast<useconds_t>(kDrainTimeoutNs / 1000 + 20'000));
+  EXPECT_EQ(ledger_->ReclaimDead(), 1);
+  EXPECT_EQ(ledger_->DeviceUsed(device_), 0u);
+}
+
+TEST_F(LedgerAdmissionTest, ADeadProcessHoldingNoDeviceMemoryIsFreedAtOnce) {
+  Open(testing::Uniform(kGiB));
+  char c = 0;
+  const pid_t child = StartCharger(0, &c);
+  ASSERT_EQ(c, 'y');
+  ASSERT_EQ(testing::WaitChild(child, 5000), 0);
+  EXPECT_EQ(ledger_->ReclaimDead(), 1);
+}
+
+TEST_F(LedgerAdmissionTest, TheDriversFigureRaisesAnotherProcesssOverheadNeverLowersIt) {
+  Open(testing::Uniform(kGiB));
+  ASSERT_TRUE(ledger_->TryReserve(slot_, device_, 100 * kMiB));
+  ledger_->SetOverhead(slot_, device_, 50 * kMiB);
+  // The driver attributes more than the slot holds: lazily loaded modules its process has not
+  // reconciled yet. They count from now on.
+  const Ledger::DriverProcess more[] = {{getpid(), 230 * kMiB}};
+  ledger_->ApplyDriverView(device_, more, 1, Ledger::ClockNs());
+  EXPECT_EQ(ledger_->SlotOverhead(slot_, device_), 130 * kMiB);
+  EXPECT_EQ(ledger_->DeviceUsed(device_), 230 * kMiB);
+  // Less than it holds (its charges in flight are invisible to others): nothing changes.
+  const Ledger::DriverProcess less[] = {{getpid(), 10 * kMiB}};
+  ledger_->ApplyDriverView(device_, less, 1, Ledger::ClockNs());
+  EXPECT_EQ(ledger_->SlotOverhead(slot_, device_), 130 * kMiB);
+}
+
+TEST_F(LedgerAdmissionTest, HeadroomIsKeptFreeUnderALimitOnly) {
+  Open(testing::Uniform(kGiB));
+  EXPECT_FALSE(ledger_->TryReserve(slot_, device_, kGiB - 64 * kMiB, 128 * kMiB));
+  EXPECT_TRUE(ledger_->TryReserve(slot_, device_, kGiB - 128 * kMiB, 128 * kMiB));
+  EXPECT_FALSE(ledger_->TryReserve(slot_, device_, 1, 128 * kMiB));
+  EXPECT_TRUE(ledger_->TryReserve(slot_, device_, 64 * kMiB));  // no headroom asked
+  EXPECT_EQ(ledger_->Read().devices.at(device_).oom_refusals, 2u);
+}
+
+TEST_F(LedgerAdmissionTest, ContextSizeIsTheLargestNoted) {
+  Open(testing::Uniform(kGiB));
+  EXPECT_EQ(ledger_->ContextBytes(device_), 0u);
+  ledger_->NoteContextBytes(device_, 518 * kMiB);
+  ledger_->NoteContextBytes(device_, 300 * kMiB);
+  EXPECT_EQ(ledger_->ContextBytes(device_), 518 * kMiB);
+  EXPECT_EQ(ledger_->Read().devices.at(device_).context_bytes, 518 * kMiB);
+  ledger_->NoteContextBytes(99, kMiB);  // out of range: ignored
+}
+
+TEST_F(LedgerAdmissionTest, ADeadProcesssSpillIsReturnedAtOnceAndARefusedSpillReclaims) {
   LimitSet limits = testing::Uniform(kGiB);
   limits.default_host_limit = 100 * kMiB;
   Open(limits);
@@ -363,13 +441,15 @@ TEST_F(LedgerAdmissionTest, ADeadProcesssSpillIsReclaimedAndARefusedSpillReclaim
   ASSERT_EQ(c, 'y');
   EXPECT_EQ(ledger_->DeviceSpilled(device_), 100 * kMiB);
   ASSERT_EQ(testing::WaitChild(child, 5000), 0);
-  // The host budget is full, but its holder is dead: the refused spill reclaims and retries.
+  // The host budget is full, but its holder is dead: the refused spill scans and retries. Its
+  // host bytes come back at once; its device bytes drain until the driver lets them go.
   EXPECT_TRUE(ledger_->TrySpill(slot_, device_, 100 * kMiB));
   const Snapshot snapshot = ledger_->Read();
   EXPECT_EQ(snapshot.devices.at(device_).spill_refusals, 0u);
   EXPECT_EQ(snapshot.devices.at(device_).spilled, 100 * kMiB);
-  EXPECT_EQ(snapshot.devices.at(device_).used, 0u);
-  EXPECT_EQ(snapshot.reclaimed_processes, 1u);
+  EXPECT_EQ(snapshot.devices.at(device_).used, 100 * kMiB);
+  ASSERT_EQ(snapshot.processes.size(), 2u);
+  EXPECT_TRUE(snapshot.processes.at(1).draining);
 }
 
 TEST_F(LedgerAdmissionTest, ARefusalReclaimsImmediatelyAndTheIntervalReclaimsAnyway) {
@@ -378,9 +458,12 @@ TEST_F(LedgerAdmissionTest, ARefusalReclaimsImmediatelyAndTheIntervalReclaimsAny
   pid_t child = StartCharger(100 * kMiB, &c);
   ASSERT_NE(c, 0);  // it answered
   ASSERT_EQ(testing::WaitChild(child, 5000), 0);
-  // Full, but the holder is dead: the refused reservation reclaims and retries at once.
+  // Full, but the holder is dead: the refused reservation scans at once (the slot drains) and,
+  // once the driver no longer lists it, the next one is admitted.
+  EXPECT_FALSE(ledger_->TryReserve(slot_, device_, 100 * kMiB));
+  EXPECT_EQ(ledger_->ApplyDriverView(device_, nullptr, 0, ReadingAfterNow()), 1);
   EXPECT_TRUE(ledger_->TryReserve(slot_, device_, 100 * kMiB));
-  EXPECT_EQ(ledger_->Read().devices.at(device_).oom_refusals, 0u);
+  EXPECT_EQ(ledger_->Read().devices.at(device_).oom_refusals, 1u);
   ledger_->Release(slot_, device_, 100 * kMiB);
 
   child = StartCharger(10 * kMiB, &c);
@@ -388,8 +471,11 @@ TEST_F(LedgerAdmissionTest, ARefusalReclaimsImmediatelyAndTheIntervalReclaimsAny
   ASSERT_EQ(testing::WaitChild(child, 5000), 0);
   EXPECT_EQ(ledger_->DeviceUsed(device_), 10 * kMiB);
   usleep(static_cast<useconds_t>(kReclaimIntervalNs / 1000 + 50'000));
-  EXPECT_TRUE(ledger_->TryReserve(slot_, device_, 1));  // any lock after the interval scans
-  EXPECT_EQ(ledger_->DeviceUsed(device_), 1u);
+  EXPECT_TRUE(ledger_->TryReserve(slot_, device_, 1));  // any lock after the interval scans: it drains
+  EXPECT_EQ(ledger_->DeviceUsed(device_), 10 * kMiB + 1);
+  usleep(static_cast<useconds_t>(kDrainTimeoutNs / 1000 + 20'000));
+  EXPECT_TRUE(ledger_->TryReserve(slot_, device_, 1));  // nobody read the driver: the timeout frees it
+  EXPECT_EQ(ledger_->DeviceUsed(device_), 2u);
 }
 
 TEST_F(LedgerAdmissionTest, AProcessKilledHoldingTheLockIsRecoveredFrom) {

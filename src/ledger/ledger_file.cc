@@ -251,7 +251,7 @@ LedgerStatus ReconcileBoot(int fd, File* file, const std::string& path) {
       memset(h.mutex_bytes, 0, sizeof(h.mutex_bytes));
       InitMutex(&h.mutex);
       for (int s = 0; s < kLedgerMaxProcesses; ++s) {
-        if (file->slots[s].state == format::kSlotActive) ++h.reclaimed_processes;
+        if (internal::HoldsCharges(file->slots[s])) ++h.reclaimed_processes;
         FreeSlot(file, s);
       }
       h.slot_high_water = 0;

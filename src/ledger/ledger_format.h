@@ -1,11 +1,15 @@
-// On-disk (and in-memory: the file is mapped) layout of the ledger, layout version 3.
+// On-disk (and in-memory: the file is mapped) layout of the ledger, layout version 4.
 //
 // Version 2 appended the compute limiter's shared state (compute::ComputeShareState, one per
 // device record, format pinned in compute/compute_state.h) and its offset in the header.
 // Version 3 added memory oversubscription: a host spill limit per device record (and a default
 // in the header), the host bytes spilled per device and per process slot, so device records grew
-// to 192 bytes and process slots to 448. Files of other versions are refused as a wrong
-// version, never misread.
+// to 192 bytes and process slots to 448. Version 4 keeps the sizes and gives reserved fields a
+// meaning: a process slot can be "draining" (its process is dead but the driver may still hold
+// its memory: its charges stay until NVML no longer lists it, drain_since_ns / drain_confirmed),
+// every device record learns the size of a context (context_bytes, reserved before a context is
+// created), and the compute state holds the container's run/rest gate. Files of other versions
+// are refused as a wrong version, never misread.
 //
 // This header IS the file format; docs/ledger.md describes every field. Rules:
 //   - Fixed-width fields only, native byte order (the file never leaves the host), no pointers.
@@ -13,7 +17,7 @@
 //     meaning of any field, requires bumping kLayoutVersion; readers refuse other versions.
 //   - std::atomic<uint64_t> is used only for fields that are read without the lock (the hot
 //     accessors MemoryLimit / SmLimit / DeviceUsed / SlotCharged, HostLimit / DeviceSpilled /
-//     SlotSpilled, TaskPriority) and for `ready`.
+//     SlotSpilled, ContextBytes, TaskPriority) and for `ready`.
 //     It must be lock-free and therefore address-free (it works across processes mapping the
 //     same file at different addresses). Every other mutable field is plain and is only touched
 //     under `mutex` (or, for boot_id, under flock(2) on the file during Open).
@@ -33,7 +37,7 @@
 namespace vgpu::ledger::format {
 
 inline constexpr char kMagic[8] = {'V', 'G', 'P', 'U', 'L', 'D', 'G', 'R'};
-inline constexpr uint32_t kLayoutVersion = 3;
+inline constexpr uint32_t kLayoutVersion = 4;
 // `ready` holds this value once the file is completely initialised (written last, release).
 inline constexpr uint64_t kReadyValue = 0x5245'4144'5921'5631ULL;  // "READY!V1"
 inline constexpr size_t kUuidBytes = 64;    // NUL-padded; at most 63 characters
@@ -42,8 +46,11 @@ inline constexpr size_t kMutexBytes = 64;   // room for pthread_mutex_t on every
 // Counters and limits above this are impossible (no GPU has 8 EiB); a file holding one is corrupt.
 inline constexpr uint64_t kMaxPlausibleBytes = uint64_t{1} << 63;
 
-enum SlotState : uint32_t { kSlotFree = 0, kSlotActive = 1 };
-inline constexpr uint32_t kMaxSlotState = kSlotActive;
+// Active: a live process. Draining: its process is dead, but the driver may not have freed its
+// memory yet (a SIGKILLed process's memory stays in NVML for ~100 ms on an H200): its charges
+// still count until NVML stops listing it on every device it held, or kDrainTimeoutNs passed.
+enum SlotState : uint32_t { kSlotFree = 0, kSlotActive = 1, kSlotDraining = 2 };
+inline constexpr uint32_t kMaxSlotState = kSlotDraining;
 
 using AtomicU64 = std::atomic<uint64_t>;
 static_assert(AtomicU64::is_always_lock_free, "shared counters must be lock-free (address-free)");
@@ -94,7 +101,7 @@ struct DeviceRecord {
   AtomicU64 used;                //  32 sum over active slots of charged + overhead
   uint64_t peak;                 //  40 highest `used` ever reached
   uint64_t oom_refusals;         //  48 refused reservations
-  uint64_t reserved1;            //  56
+  AtomicU64 context_bytes;       //  56 largest context measured on this device (0 = none yet)
   char uuid[kUuidBytes];         //  64 "GPU-..." / "MIG-...", empty = not bound yet
   AtomicU64 host_limit;          // 128 bytes that may spill to host memory, 0 = oversubscription off
   AtomicU64 spilled;             // 136 sum over active slots of spilled
@@ -107,9 +114,9 @@ struct alignas(64) ProcessSlot {
   uint32_t state;                        //   0 SlotState
   int32_t pid;                           //   4 pid in the ledger users' pid namespace (> 0)
   int32_t host_pid;                      //   8 pid as the host / NVML sees it
-  uint32_t reserved0;                    //  12
+  uint32_t drain_confirmed;              //  12 draining: bit d = NVML no longer lists it on device d
   uint64_t start_time;                   //  16 /proc/<pid>/stat field 22 (0 = unknown)
-  uint64_t reserved1;                    //  24
+  uint64_t drain_since_ns;               //  24 draining: CLOCK_MONOTONIC when found dead
   AtomicU64 charged[kLedgerMaxDevices];  //  32 allocations, per device record
   AtomicU64 overhead[kLedgerMaxDevices]; // 160 context/module memory, per device record
   AtomicU64 spilled[kLedgerMaxDevices];  // 288 host-backed (spilled) allocations, per device record
@@ -128,7 +135,7 @@ struct File {
 // --- The format, pinned --------------------------------------------------------------------
 static_assert(std::is_standard_layout_v<Header> && std::is_standard_layout_v<DeviceRecord> &&
               std::is_standard_layout_v<ProcessSlot> && std::is_standard_layout_v<File>);
-static_assert(kLedgerMaxDevices == 16 && kLedgerMaxProcesses == 1024, "part of layout version 3");
+static_assert(kLedgerMaxDevices == 16 && kLedgerMaxProcesses == 1024, "part of layout version 4");
 
 static_assert(sizeof(Header) == 512);
 static_assert(offsetof(Header, layout_version) == 8);
@@ -166,6 +173,7 @@ static_assert(offsetof(DeviceRecord, sm_soft_limit) == 24);
 static_assert(offsetof(DeviceRecord, used) == 32);
 static_assert(offsetof(DeviceRecord, peak) == 40);
 static_assert(offsetof(DeviceRecord, oom_refusals) == 48);
+static_assert(offsetof(DeviceRecord, context_bytes) == 56);
 static_assert(offsetof(DeviceRecord, uuid) == 64);
 static_assert(offsetof(DeviceRecord, host_limit) == 128);
 static_assert(offsetof(DeviceRecord, spilled) == 136);
@@ -176,7 +184,10 @@ static_assert(offsetof(DeviceRecord, reserved2) == 160);
 static_assert(sizeof(ProcessSlot) == 448);
 static_assert(offsetof(ProcessSlot, pid) == 4);
 static_assert(offsetof(ProcessSlot, host_pid) == 8);
+static_assert(offsetof(ProcessSlot, drain_confirmed) == 12);
 static_assert(offsetof(ProcessSlot, start_time) == 16);
+static_assert(offsetof(ProcessSlot, drain_since_ns) == 24);
+static_assert(kLedgerMaxDevices <= 32, "drain_confirmed has one bit per device");
 static_assert(offsetof(ProcessSlot, charged) == 32);
 static_assert(offsetof(ProcessSlot, overhead) == 160);
 static_assert(offsetof(ProcessSlot, spilled) == 288);

@@ -92,7 +92,7 @@ TEST_F(LedgerFormatTest, ValidFileHasTheDocumentedHeader) {
   uint32_t u32 = 0;
   uint64_t u64 = 0;
   memcpy(&u32, valid_.data() + 8, 4);
-  EXPECT_EQ(u32, 3u);
+  EXPECT_EQ(u32, 4u);
   memcpy(&u32, valid_.data() + 12, 4);
   EXPECT_EQ(u32, 512u);
   memcpy(&u64, valid_.data() + 16, 8);
@@ -180,7 +180,7 @@ TEST_F(LedgerFormatTest, HeaderCorruptionIsReported) {
   std::string bytes = valid_;
   memcpy(bytes.data(), "NOTLEDGR", 8);
   ExpectRefused(bytes, "bad magic");
-  for (const uint32_t version : {0u, 1u, 2u, 4u, 0xffffffffu}) {
+  for (const uint32_t version : {0u, 1u, 2u, 3u, 5u, 0xffffffffu}) {
     bytes = valid_;
     Put<uint32_t>(&bytes, offsetof(Header, layout_version), version);
     ExpectRefused(bytes, "layout version " + std::to_string(version) + " is not supported");
@@ -209,23 +209,26 @@ TEST_F(LedgerFormatTest, HeaderCorruptionIsReported) {
 }
 
 // Files of earlier layouts (version 1: 330240 bytes, no compute state; version 2: 332288 bytes,
-// no spill fields) are reported as a wrong version, never read as short version-3 files.
+// no spill fields; version 3: the same size as 4, reserved fields where 4 has drain state, context
+// sizes and the compute gate) are reported as a wrong version, never misread.
 TEST_F(LedgerFormatTest, OlderVersionFilesAreRefusedAsWrongVersion) {
   struct Old {
     uint32_t version;
     uint64_t size;
     uint64_t compute_offset;  // reserved0 in version 1
   };
-  for (const Old& old : {Old{1, 330240, 0}, Old{2, 332288, 330240}}) {
+  for (const Old& old : {Old{1, 330240, 0}, Old{2, 332288, 330240}, Old{3, 464384, 462336}}) {
     std::string bytes = valid_.substr(0, old.size);
     Put<uint32_t>(&bytes, offsetof(Header, layout_version), old.version);
-    Put<uint32_t>(&bytes, offsetof(Header, device_record_size), 128);
-    Put<uint32_t>(&bytes, offsetof(Header, process_slot_size), 320);
-    Put<uint64_t>(&bytes, offsetof(Header, slots_offset), 2560);
+    if (old.version < 3) {
+      Put<uint32_t>(&bytes, offsetof(Header, device_record_size), 128);
+      Put<uint32_t>(&bytes, offsetof(Header, process_slot_size), 320);
+      Put<uint64_t>(&bytes, offsetof(Header, slots_offset), 2560);
+    }
     Put<uint64_t>(&bytes, offsetof(Header, total_size), old.size);
     Put<uint64_t>(&bytes, offsetof(Header, compute_offset), old.compute_offset);
     const std::string expected =
-        "layout version " + std::to_string(old.version) + " is not supported (this build reads version 3)";
+        "layout version " + std::to_string(old.version) + " is not supported (this build reads version 4)";
     ExpectRefused(bytes, expected);
     LedgerStatus status;
     EXPECT_EQ(Ledger::OpenReadOnly(last_path_, &status), nullptr);
@@ -302,6 +305,10 @@ TEST_F(LedgerFormatTest, ImpossibleValuesAreReported) {
       {kSlot1 + offsetof(ProcessSlot, state), 1, 4, "above the high-water mark"},
       {kSlot1 + offsetof(ProcessSlot, pid), 123, 4, "free process slot 1 is not empty"},
       {kSlot1 + offsetof(ProcessSlot, overhead), 1, 8, "free process slot 1 is not empty"},
+      {kSlot1 + offsetof(ProcessSlot, drain_since_ns), 1, 8, "free process slot 1 is not empty"},
+      {kSlot0 + offsetof(ProcessSlot, drain_since_ns), 5, 8, "is active but has drain fields"},
+      {kSlot0 + offsetof(ProcessSlot, drain_confirmed), 1, 4, "is active but has drain fields"},
+      {kDevice0 + offsetof(DeviceRecord, context_bytes), kTooBig, 8, "context size"},
   };
   for (const Case& c : cases) {
     std::string bytes = valid_;

@@ -82,8 +82,15 @@ std::string ValidateContents(const File& file, bool check_totals);
 // from the active slots, raise peaks, count the recovery.
 void RepairAfterOwnerDeath(File* file);
 
-// Reclaims every active slot whose process is dead; returns the number reclaimed.
-int ReclaimDeadSlots(File* file, LivenessFn alive);
+// Scans the slots at `now_ns` (Ledger::ClockNs): an active slot whose process is dead
+// is freed when it holds no device bytes, else becomes draining (drain_since_ns = now_ns); a
+// draining slot is freed once kDrainTimeoutNs passed. Returns the number of slots freed.
+int ReclaimDeadSlots(File* file, LivenessFn alive, uint64_t now_ns);
+// Ledger::ApplyDriverView under the lock; returns the number of slots freed.
+int ApplyDriverViewLocked(File* file, int device, const Ledger::DriverProcess* processes, int count,
+                          uint64_t read_at_ns);
+// Whether a slot's process's charges count: active or draining.
+bool HoldsCharges(const format::ProcessSlot& slot);
 // Returns a slot's charges to the totals and frees it.
 void FreeSlot(File* file, int slot);
 
@@ -93,13 +100,14 @@ bool ReclaimDue(const File& file, uint64_t now_ns);
 
 // Admission under the lock. kInvalid: the slot is not registered or the device not bound.
 enum class Admission { kAdmitted, kRefused, kInvalid };
-// Charges `bytes` when the device stays within its limit; does not count a refusal.
-Admission ReserveLocked(File* file, int slot, int device, uint64_t bytes);
+// Charges `bytes` when the device stays within its limit less `keep_free` (a device without a
+// limit ignores keep_free); does not count a refusal.
+Admission ReserveLocked(File* file, int slot, int device, uint64_t bytes, uint64_t keep_free);
 // Returns up to `bytes`; false when the slot held less (then all it held is returned).
 bool ReleaseLocked(File* file, int slot, int device, uint64_t bytes);
 void SetOverheadLocked(File* file, int slot, int device, uint64_t bytes);
 // The same for the host (spill) budget: within the device's host limit; `used` is not touched.
-Admission SpillLocked(File* file, int slot, int device, uint64_t bytes);
+Admission SpillLocked(File* file, int slot, int device, uint64_t bytes, uint64_t keep_free);
 bool ReleaseSpillLocked(File* file, int slot, int device, uint64_t bytes);
 
 int RegisterLocked(File* file, int32_t pid, int32_t host_pid, uint64_t start_time);

@@ -3,13 +3,14 @@
 // Invariants (hold whenever the lock is free, restored by RepairAfterOwnerDeath):
 //   I1  device_count <= kLedgerMaxDevices, slot_high_water <= kLedgerMaxProcesses.
 //   I2  for every device d < device_count:
-//         used[d] == sum over active slots s of charged[s][d] + overhead[s][d]
+//         used[d] == sum over active and draining slots s of charged[s][d] + overhead[s][d]
 //         peak[d] >= used[d]
-//   I3  free slots are all zero (pid, start time, charges); slots >= slot_high_water are free.
-//   I4  no active slot charges a device >= device_count.
+//   I3  free slots are all zero (pid, start time, charges, drain fields); slots >= slot_high_water
+//       are free; active slots have zero drain fields.
+//   I4  no active or draining slot charges a device >= device_count.
 //   I5  used[d] <= memory_limit[d] unless SetOverhead pushed it over (memory that exists) or
 //       the authority lowered the limit below what is held.
-//   I6  spilled[d] == sum over active slots s of spilled[s][d], spill_peak[d] >= spilled[d], and
+//   I6  spilled[d] == sum over active and draining slots s of spilled[s][d], spill_peak[d] >= spilled[d], and
 //       spilled[d] <= host_limit[d] unless the authority lowered the host limit.
 // Totals are redundant, so a process killed mid-update loses nothing: the next locker recomputes.
 #include <algorithm>
@@ -88,6 +89,7 @@ std::string CheckDeviceRecord(const File& file, uint32_t d, bool check_totals) {
   if (Load(r.sm_limit) > 100 || Load(r.sm_soft_limit) > 100) return where + "compute limits are not percentages";
   if (Load(r.used) > kMaxPlausibleBytes) return where + "used " + N(Load(r.used)) + " is impossible (above 2^63)";
   if (r.peak > kMaxPlausibleBytes || r.oom_refusals > kMaxPlausibleBytes) return where + "peak or refusal count is impossible";
+  if (Load(r.context_bytes) > kMaxPlausibleBytes) return where + "context size " + N(Load(r.context_bytes)) + " is impossible";
   if (check_totals && r.peak < Load(r.used)) return where + "peak " + N(r.peak) + " is below used " + N(Load(r.used));
   if (Load(r.host_limit) > kMaxPlausibleBytes) return where + "host spill limit " + N(Load(r.host_limit)) + " is impossible";
   if (Load(r.spilled) > kMaxPlausibleBytes) return where + "spilled " + N(Load(r.spilled)) + " is impossible (above 2^63)";
@@ -144,7 +146,7 @@ std::string CheckActiveSlot(const File& file, int s, SlotSums* sums) {
 }
 
 bool SlotIsClean(const ProcessSlot& p) {
-  if (p.pid != 0 || p.host_pid != 0 || p.start_time != 0) return false;
+  if (p.pid != 0 || p.host_pid != 0 || p.start_time != 0 || p.drain_since_ns != 0 || p.drain_confirmed != 0) return false;
   for (int d = 0; d < kLedgerMaxDevices; ++d) {
     if ((Load(p.charged[d]) | Load(p.overhead[d]) | Load(p.spilled[d])) != 0) return false;
   }
@@ -156,9 +158,15 @@ std::string CheckSlots(const File& file, bool check_totals) {
   for (int s = 0; s < kLedgerMaxProcesses; ++s) {
     const ProcessSlot& p = file.slots[s];
     if (p.state > format::kMaxSlotState) return "process slot " + std::to_string(s) + ": state " + N(p.state) + " out of range";
-    if (p.state == format::kSlotActive) {
-      if (s >= static_cast<int>(file.header.slot_high_water)) return "process slot " + std::to_string(s) + " is active above the high-water mark";
+    if (HoldsCharges(p)) {
+      if (s >= static_cast<int>(file.header.slot_high_water)) return "process slot " + std::to_string(s) + " is in use above the high-water mark";
       if (std::string problem = CheckActiveSlot(file, s, &sums); !problem.empty()) return problem;
+      if (p.state == format::kSlotActive && (p.drain_since_ns != 0 || p.drain_confirmed != 0)) {
+        return "process slot " + std::to_string(s) + " is active but has drain fields";
+      }
+      if ((p.drain_confirmed >> kLedgerMaxDevices) != 0) {
+        return "process slot " + std::to_string(s) + ": drain bits beyond the device table";
+      }
     } else if (check_totals && !SlotIsClean(p)) {
       return "free process slot " + std::to_string(s) + " is not empty";
     }
@@ -184,7 +192,7 @@ void ClearDeviceRecord(DeviceRecord* r) {
   }
   r->peak = 0;
   r->oom_refusals = 0;
-  r->reserved1 = 0;
+  Store(r->context_bytes, 0);
   memset(r->uuid, 0, sizeof(r->uuid));
   r->spill_peak = 0;
   r->spill_refusals = 0;
@@ -201,6 +209,8 @@ void ClearSlot(ProcessSlot* p) {
   p->pid = 0;
   p->host_pid = 0;
   p->start_time = 0;
+  p->drain_since_ns = 0;
+  p->drain_confirmed = 0;
 }
 
 void SetRecordLimits(DeviceRecord* r, uint64_t memory, int sm, int soft, uint64_t host) {
@@ -250,10 +260,12 @@ struct Budget {
   uint64_t& peak;
 };
 
-Budget DeviceBudget(File* file, int slot, int device) {
+Budget DeviceBudget(File* file, int slot, int device, uint64_t keep_free) {
   DeviceRecord& r = file->devices[device];
   const uint64_t limit = Load(r.memory_limit);
-  const uint64_t cap = (limit == 0 || limit > kMaxPlausibleBytes) ? kMaxPlausibleBytes : limit;
+  const uint64_t cap = (limit == 0 || limit > kMaxPlausibleBytes) ? kMaxPlausibleBytes
+                       : limit > keep_free                         ? limit - keep_free
+                                                                   : 0;
   return {r.used, cap, file->slots[slot].charged[device], r.peak};
 }
 
@@ -301,7 +313,7 @@ void RepairAfterOwnerDeath(File* file) {
   SlotSums sums;
   for (int s = 0; s < kLedgerMaxProcesses; ++s) {
     ProcessSlot& p = file->slots[s];
-    if (p.state != format::kSlotActive || s >= static_cast<int>(h.slot_high_water)) {
+    if (!HoldsCharges(p) || s >= static_cast<int>(h.slot_high_water)) {
       ClearSlot(&p);  // a registration or an unregistration the dead owner did not finish
       continue;
     }
@@ -346,18 +358,93 @@ void FreeSlot(File* file, int slot) {
   ClearSlot(&p);
 }
 
-int ReclaimDeadSlots(File* file, LivenessFn alive) {
+bool HoldsCharges(const ProcessSlot& p) { return p.state == format::kSlotActive || p.state == format::kSlotDraining; }
+
+namespace {
+
+// Devices on which the slot holds device memory (charged or overhead), one bit each.
+uint32_t DevicesHeld(const File& file, const ProcessSlot& p) {
+  uint32_t held = 0;
+  const uint32_t count = std::min<uint32_t>(file.header.device_count, kLedgerMaxDevices);
+  for (uint32_t d = 0; d < count; ++d) {
+    if ((Load(p.charged[d]) | Load(p.overhead[d])) != 0) held |= 1u << d;
+  }
+  return held;
+}
+
+void LowerHighWater(File* file) {
+  format::Header& h = file->header;
+  while (h.slot_high_water > 0 && file->slots[h.slot_high_water - 1].state == format::kSlotFree) --h.slot_high_water;
+}
+
+}  // namespace
+
+int ReclaimDeadSlots(File* file, LivenessFn alive, uint64_t now_ns) {
   format::Header& h = file->header;
   int reclaimed = 0;
   for (int s = 0; s < static_cast<int>(h.slot_high_water); ++s) {
-    const ProcessSlot& p = file->slots[s];
+    ProcessSlot& p = file->slots[s];
+    if (p.state == format::kSlotDraining) {
+      // Nobody confirmed the driver let go: after the timeout, trust that it did.
+      if (now_ns < p.drain_since_ns || now_ns - p.drain_since_ns >= static_cast<uint64_t>(kDrainTimeoutNs)) {
+        FreeSlot(file, s);
+        ++reclaimed;
+      }
+      continue;
+    }
     if (p.state != format::kSlotActive || alive(p.pid, p.start_time)) continue;
-    FreeSlot(file, s);
-    ++reclaimed;
+    if (DevicesHeld(*file, p) == 0) {
+      FreeSlot(file, s);
+      ++reclaimed;
+      continue;
+    }
+    // Spilled bytes are host memory: no device limit waits for the driver's teardown of them.
+    const uint32_t count = std::min<uint32_t>(h.device_count, kLedgerMaxDevices);
+    for (uint32_t d = 0; d < count; ++d) {
+      const uint64_t spilled_here = Load(p.spilled[d]);
+      const uint64_t spilled = Load(file->devices[d].spilled);
+      Store(file->devices[d].spilled, spilled >= spilled_here ? spilled - spilled_here : 0);
+      Store(p.spilled[d], 0);
+    }
+    p.drain_since_ns = std::max<uint64_t>(now_ns, 1);
+    p.drain_confirmed = 0;
+    p.state = format::kSlotDraining;
   }
-  while (h.slot_high_water > 0 && file->slots[h.slot_high_water - 1].state == format::kSlotFree) --h.slot_high_water;
+  LowerHighWater(file);
   h.reclaimed_processes += static_cast<uint64_t>(reclaimed);
   return reclaimed;
+}
+
+int ApplyDriverViewLocked(File* file, int device, const Ledger::DriverProcess* processes, int count,
+                          uint64_t read_at_ns) {
+  if (device < 0 || device >= static_cast<int>(file->header.device_count)) return 0;
+  auto listed = [&](int32_t host_pid) -> const Ledger::DriverProcess* {
+    for (int i = 0; i < count; ++i) {
+      if (processes[i].host_pid == host_pid) return &processes[i];
+    }
+    return nullptr;
+  };
+  int freed = 0;
+  for (int s = 0; s < static_cast<int>(file->header.slot_high_water); ++s) {
+    ProcessSlot& p = file->slots[s];
+    const Ledger::DriverProcess* seen = listed(p.host_pid);
+    if (p.state == format::kSlotDraining) {
+      // Only a reading taken after the process was found dead says it is gone from the driver.
+      if (seen != nullptr || read_at_ns <= p.drain_since_ns) continue;
+      p.drain_confirmed |= 1u << device;
+      const uint32_t held = DevicesHeld(*file, p);
+      if ((held & ~p.drain_confirmed) == 0) {
+        FreeSlot(file, s);
+        ++freed;
+      }
+    } else if (p.state == format::kSlotActive && seen != nullptr) {
+      const uint64_t charged = Load(p.charged[device]);
+      if (seen->bytes > charged + Load(p.overhead[device])) SetOverheadLocked(file, s, device, seen->bytes - charged);
+    }
+  }
+  LowerHighWater(file);
+  file->header.reclaimed_processes += static_cast<uint64_t>(freed);
+  return freed;
 }
 
 bool ReclaimDue(const File& file, uint64_t now_ns) {
@@ -365,18 +452,18 @@ bool ReclaimDue(const File& file, uint64_t now_ns) {
   return now_ns < last || now_ns - last >= static_cast<uint64_t>(kReclaimIntervalNs);
 }
 
-Admission ReserveLocked(File* file, int slot, int device, uint64_t bytes) {
+Admission ReserveLocked(File* file, int slot, int device, uint64_t bytes, uint64_t keep_free) {
   if (!ValidSlot(*file, slot) || !ValidDevice(*file, device)) return Admission::kInvalid;
   if (bytes == 0) return Admission::kAdmitted;
-  return Admit(DeviceBudget(file, slot, device), bytes);
+  return Admit(DeviceBudget(file, slot, device, keep_free), bytes);
 }
 
 bool ReleaseLocked(File* file, int slot, int device, uint64_t bytes) {
   if (!ValidSlot(*file, slot) || !ValidDevice(*file, device)) return false;
-  return GiveBack(DeviceBudget(file, slot, device), bytes);
+  return GiveBack(DeviceBudget(file, slot, device, 0), bytes);
 }
 
-Admission SpillLocked(File* file, int slot, int device, uint64_t bytes) {
+Admission SpillLocked(File* file, int slot, int device, uint64_t bytes, uint64_t /*keep_free*/) {
   if (!ValidSlot(*file, slot) || !ValidDevice(*file, device)) return Admission::kInvalid;
   if (bytes == 0) return Admission::kAdmitted;
   return Admit(SpillBudget(file, slot, device), bytes);
@@ -409,6 +496,9 @@ int RegisterLocked(File* file, int32_t pid, int32_t host_pid, uint64_t start_tim
     if (p.state == format::kSlotActive && p.pid == pid) {
       if (p.start_time == start_time || p.start_time == 0 || start_time == 0) return s;
       FreeSlot(file, s);  // the pid was reused: its previous owner is dead
+      ++h.reclaimed_processes;
+    } else if (p.state == format::kSlotDraining && p.pid == pid) {
+      FreeSlot(file, s);  // the pid was reused: its previous owner's memory has long gone
       ++h.reclaimed_processes;
     }
     if (p.state == format::kSlotFree && free_slot < 0) free_slot = s;
@@ -563,6 +653,7 @@ Snapshot SnapshotOf(const File& file, const std::string& path) {
     usage.used = Load(r.used);
     usage.peak = r.peak;
     usage.oom_refusals = r.oom_refusals;
+    usage.context_bytes = Load(r.context_bytes);
     usage.host_limit = Load(r.host_limit);
     usage.spilled = Load(r.spilled);
     usage.spill_peak = r.spill_peak;
@@ -576,9 +667,10 @@ Snapshot SnapshotOf(const File& file, const std::string& path) {
   const int high_water = static_cast<int>(std::min<uint32_t>(h.slot_high_water, kLedgerMaxProcesses));
   for (int s = 0; s < high_water; ++s) {
     const ProcessSlot& p = file.slots[s];
-    if (p.state != format::kSlotActive) continue;
+    if (!HoldsCharges(p)) continue;
     ProcessUsage usage;
     usage.slot = s;
+    usage.draining = p.state == format::kSlotDraining;
     usage.pid = p.pid;
     usage.host_pid = p.host_pid;
     usage.start_time = p.start_time;

@@ -39,7 +39,9 @@ constexpr int kThreads = 4;
 constexpr int kDevices = 2;
 constexpr uint64_t kLimits[kDevices] = {8 * kMiB, 2 * kMiB};
 constexpr int kMaxChildren = 2048;
-constexpr int64_t kMaxReclaimNs = 1'000'000'000;
+// Nobody reads a driver here, so a killed child's slot drains until kDrainTimeoutNs passed and
+// the next scan (at most kReclaimIntervalNs later) frees it.
+constexpr int64_t kMaxReclaimNs = kDrainTimeoutNs + 2 * kReclaimIntervalNs;
 constexpr int64_t kMaxOpNs = 5'000'000'000;  // under kLockTimeoutNs: a timeout would show up here
 
 enum ChildState : uint32_t { kStarting, kRunning, kQuiesced, kDone, kFailed };
@@ -258,7 +260,7 @@ class LedgerStressTest : public ::testing::Test {
         return;
       }
       if (waited > 3 * kMaxReclaimNs) {
-        ADD_FAILURE() << "killed pid " << pid << " not reclaimed within 3 s";
+        ADD_FAILURE() << "killed pid " << pid << " not reclaimed within " << 3 * kMaxReclaimNs / 1e9 << " s";
         max_reclaim_ns_ = std::max(max_reclaim_ns_, waited);
         return;
       }
@@ -393,7 +395,7 @@ TEST_F(LedgerStressTest, LimitsHoldAndTheDeadAreReclaimedUnderRandomKills) {
   uint64_t ops = 0;
   for (int i = 0; i < next_child_; ++i) ops += shared_->children[i].ops.load();
   EXPECT_GE(end_state.lock_recoveries, static_cast<uint64_t>(lock_kills_));
-  EXPECT_GE(kills_, duration_s_);
+  EXPECT_GE(kills_, duration_s_ / 2);  // each kill waits for its reclaim (up to ~1.4 s)
   EXPECT_GE(lock_kills_, 1);
   EXPECT_LT(max_reclaim_ns_, kMaxReclaimNs);
   EXPECT_LT(shared_->max_op_ns.load(), kMaxOpNs);

@@ -363,7 +363,8 @@ TEST_F(NodeIntegrationTest, MetricsParseWithPrometheusClient) {
   ASSERT_FALSE(python.empty()) << "no python3 with prometheus_client: install python3-prometheus-client (scripts/install-deps.sh)";
   AddGroup(1ull << 30, 512 * kMiB);  // oversubscription: 512 MiB may spill to the host
   auto daemon = StartDaemon();
-  // Fills the device (256 MiB context + 12 x 64 MiB), spills 8 x 64 MiB, is refused once at the
+  // Fills the device up to the limit less its headroom (256 MiB context + 10 x 64 MiB; the
+  // default headroom of a 1 GiB limit is 128 MiB), spills 8 x 64 MiB, is refused once at the
   // host limit, then waits.
   const std::string sync = dir_.path() + "/sync";
   MakeDirs(sync);
@@ -397,7 +398,7 @@ TEST_F(NodeIntegrationTest, MetricsParseWithPrometheusClient) {
             "sample vgpu_container_spill_limit_bytes pod_uid=job,device_uuid=" + kUuid0 + " == 536870912\n"
             "sample vgpu_container_spill_peak_bytes pod_uid=job,device_uuid=" + kUuid0 + " == 536870912\n"
             "sample vgpu_container_spill_refusals_total pod_uid=job,device_uuid=" + kUuid0 + " == 1\n"
-            "sample vgpu_container_memory_used_bytes pod_uid=job,device_uuid=" + kUuid0 + " == 1073741824\n"
+            "sample vgpu_container_memory_used_bytes pod_uid=job,device_uuid=" + kUuid0 + " == 939524096\n"
             "sample hami_vgpu_memory_used_bytes namespace=batch,pod=trainer,container=main,device_uuid=" + kUuid0 + " >= 402653184\n"
             "sample hami_vgpu_memory_limit_bytes namespace=batch,pod=trainer,container=main == 1073741824\n"
             "sample vgpu_container_registered_processes pod_uid=job == 1\n"

@@ -152,6 +152,8 @@ Env MemoryTest::VgpuEnv(const Env& limits) const {
   env["CUDA_DEVICE_MEMORY_SHARED_CACHE"] = dir_ + "/ledger";
   env["VGPU_BOARD"] = dir_ + "/board";  // the test's own node-wide board (priorities)
   if (observer_.joinable()) env["MEMTEST_HOLD_DIR"] = dir_;
+  // Exact arithmetic by default: the tests of the headroom set VGPU_MEMORY_HEADROOM themselves.
+  env["VGPU_MEMORY_HEADROOM"] = "0";
   for (const auto& [k, v] : limits) env[k] = v;
   return env;
 }

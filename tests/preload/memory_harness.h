@@ -88,7 +88,8 @@ class MemoryTest : public ::testing::Test {
   // the same values (the state file's geometry comes from the first process that attaches).
   Env SimEnv() const;
   // A program's environment under vgpu: SimEnv, LD_PRELOAD, the test's ledger, hold points
-  // while an observer runs, then `limits` (which may also override the ledger path).
+  // while an observer runs, no memory headroom (VGPU_MEMORY_HEADROOM=0), then `limits` (which
+  // may also override the ledger path and the headroom).
   Env VgpuEnv(const Env& limits) const;
   Env Limit(uint64_t bytes) const { return {{"CUDA_DEVICE_MEMORY_LIMIT", std::to_string(bytes)}}; }
 

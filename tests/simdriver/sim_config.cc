@@ -111,6 +111,15 @@ Config ReadConfig() {
   ReadSize(config, "VGPU_SIM_MODULE_MEMORY", config.module_bytes, 0);
   ReadSize(config, "VGPU_SIM_POOL_CHUNK", config.pool_chunk, 1);
   ReadSize(config, "VGPU_SIM_POOL_SETUP_MEMORY", config.pool_setup_bytes, 0);
+  ReadSize(config, "VGPU_SIM_LAZY_MODULE_MEMORY", config.lazy_module_bytes, 0);
+  if (const char* text = Env("VGPU_SIM_TEARDOWN_MS")) {
+    const auto ms = ParseUnsigned(text);
+    if (!ms || *ms > 60'000) {
+      Complain(config, "VGPU_SIM_TEARDOWN_MS", text, "expected milliseconds 0..60000");
+    } else {
+      config.teardown_ns = *ms * 1'000'000;
+    }
+  }
   // Pool chunks are reserved from the device, so they follow the device granularity.
   config.pool_chunk = (config.pool_chunk + config.granularity - 1) / config.granularity * config.granularity;
   if (const char* text = Env("VGPU_SIM_KERNEL_NS")) {

@@ -25,6 +25,8 @@ struct Config {
   uint64_t module_bytes = 0;       // charged per loaded module
   uint64_t pool_chunk = 32ull << 20;
   uint64_t pool_setup_bytes = 0;   // charged at a process's first stream-ordered allocation on a device
+  uint64_t lazy_module_bytes = 0;  // charged at the first launch of each function (lazy loading)
+  uint64_t teardown_ns = 0;        // a dead process's memory stays this long after it is found dead
   uint64_t kernel_ns = 5000;
   int driver_version = 13000;
   bool fail_init = false;

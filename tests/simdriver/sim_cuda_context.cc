@@ -148,6 +148,7 @@ void TeardownContext(Context* ctx) {
   auto& allocations = Rt().allocations;
   for (auto it = allocations.begin(); it != allocations.end();) {
     if (it->second.kind == AllocKind::kDevice && it->second.ctx == ctx) {
+      if (it->second.packed) ReleaseSmall(it->second.device, it->second.size);
       State().Uncharge(it->second.device, DeviceBytes(it->second));
       ReleaseAddress(it->first);
       it = allocations.erase(it);
@@ -161,6 +162,7 @@ void TeardownContext(Context* ctx) {
     const auto* module = static_cast<const Module*>(h);
     if (module->ctx != ctx) return false;
     State().Uncharge(ctx->device, module->charged);
+    UnchargeLazy(module);
     for (const auto& [name, function] : module->functions) Rt().handles.erase(function.get());
     return true;
   });

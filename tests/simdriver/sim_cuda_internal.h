@@ -72,6 +72,9 @@ struct Event {
 struct Function {              // also what a CUkernel handle points to
   std::string name;
   bool sleep = false;          // name starts with "sim_sleep"
+  // VGPU_SIM_LAZY_MODULE_MEMORY charged at the first launch (lazy loading), on lazy_device.
+  uint64_t lazy_charged = 0;
+  int lazy_device = 0;
 };
 
 struct Module {
@@ -95,13 +98,16 @@ struct Allocation {
   // Managed memory (cuMemAllocManaged): charged to `device` only while resident there.
   bool managed = false;
   bool resident = true;            // false: the pages are on the host (not charged)
+  bool packed = false;             // small: shares pages with others (Runtime::small_bytes)
   int preferred = kNoLocation;     // CU_MEM_ADVISE_SET_PREFERRED_LOCATION (CU_DEVICE_CPU or a physical device)
   std::set<int> accessed_by;       // CU_MEM_ADVISE_SET_ACCESSED_BY (physical devices)
   int last_prefetch = kNoLocation; // cuMemPrefetchAsync target (CU_DEVICE_CPU or a physical device)
 };
 
 // Device bytes an allocation holds (0 for managed memory on the host).
-inline uint64_t DeviceBytes(const Allocation& allocation) { return allocation.resident ? allocation.size : 0; }
+inline uint64_t DeviceBytes(const Allocation& allocation) {
+  return allocation.resident && !allocation.packed ? allocation.size : 0;
+}
 
 struct Pool {
   int device = 0;
@@ -174,6 +180,11 @@ struct Runtime {
   std::vector<Pool*> current_pool;   // per physical device
   std::vector<Pool*> default_pool;   // per physical device
   std::vector<bool> pool_setup;      // per physical device: VGPU_SIM_POOL_SETUP_MEMORY charged
+  // Small allocations (at most half the granularity) share pages, as the driver packs them (an
+  // H200 put 64 x 4 KiB in one 2 MiB page, two 1 MiB in one): per physical device, the bytes of
+  // live small allocations and the pages charged for them (enough to hold them, no gaps).
+  std::vector<uint64_t> small_bytes;
+  std::vector<uint64_t> small_pages;
   std::map<CUmemGenericAllocationHandle, VmmHandle> vmm_handles;
   CUmemGenericAllocationHandle next_vmm_handle = 0x1000;
   std::map<CUdeviceptr, uint64_t> reservations;   // VMM address reservations
@@ -256,6 +267,10 @@ CUresult AllocDevice(Context* ctx, uint64_t bytes, bool low32, CUdeviceptr* out)
 // device (charged like device memory); CU_MEM_ATTACH_HOST memory starts on the host (not charged).
 CUresult AllocManaged(Context* ctx, uint64_t bytes, unsigned flags, CUdeviceptr* out);
 CUresult FreeDevice(CUdeviceptr dptr);
+// Returns a packed (small) allocation's bytes; uncharges the pages no longer needed.
+void ReleaseSmall(int device, uint64_t bytes);
+// Unloading a module or a library: releases what its functions' first launches charged.
+void UnchargeLazy(const Module* module);
 
 // Pools (sim_cuda_pool.cc).
 Pool* DefaultPool(int device);

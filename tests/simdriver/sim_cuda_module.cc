@@ -29,9 +29,20 @@ CUresult LoadModule(CUmodule* module_out, const void* image) {
 // Frees a module or library and its functions. REQUIRES: Runtime::mu held.
 void UnloadModule(Module* module) {
   if (module->ctx != nullptr && module->charged > 0) State().Uncharge(module->ctx->device, module->charged);
+  UnchargeLazy(module);
   for (const auto& [name, function] : module->functions) Rt().handles.erase(function.get());
   DeleteHandle(module);
 }
+
+}  // namespace
+
+void UnchargeLazy(const Module* module) {
+  for (const auto& [name, function] : module->functions) {
+    if (function->lazy_charged > 0) State().Uncharge(function->lazy_device, function->lazy_charged);
+  }
+}
+
+namespace {
 
 Function* FunctionOf(Module* module, const char* name) {
   auto& slot = module->functions[name];
@@ -48,12 +59,19 @@ CUresult Launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx
                 CUstream handle, void** params, void** extra, bool ptsz) {
   Api api;
   if (const CUresult rc = api.Check(); rc != CUDA_SUCCESS) return rc;
-  const Function* function = Lookup<Function>(f, HandleType::kFunction);
+  Function* function = Lookup<Function>(f, HandleType::kFunction);
   if (function == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   if (gx == 0 || gy == 0 || gz == 0 || bx == 0 || by == 0 || bz == 0) return CUDA_ERROR_INVALID_VALUE;
   if (static_cast<uint64_t>(bx) * by * bz > 1024) return CUDA_ERROR_INVALID_VALUE;
   Stream* stream = nullptr;
   if (const CUresult rc = ResolveStream(handle, ptsz, &stream); rc != CUDA_SUCCESS) return rc;
+  // Lazy loading: the first launch brings the function's code onto the device, memory that no
+  // allocation call reports (the real driver's CUDA_MODULE_LOADING=LAZY).
+  if (function->lazy_charged == 0 && Cfg().lazy_module_bytes > 0) {
+    if (!State().TryCharge(stream->ctx->device, Cfg().lazy_module_bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
+    function->lazy_charged = Cfg().lazy_module_bytes;
+    function->lazy_device = stream->ctx->device;
+  }
   const uint64_t duration = KernelDuration(function, params, extra);
   if (stream->capture != nullptr) return CaptureKernel(stream, duration);
   Enqueue(stream, duration);

@@ -191,18 +191,49 @@ CUdeviceptr ReserveAddress(int device, uint64_t size, uint64_t alignment, bool l
 
 void ReleaseAddress(CUdeviceptr base) { Rt().address_space.erase(base); }
 
+namespace {
+
+uint64_t PagesFor(uint64_t bytes) { return (bytes + Cfg().granularity - 1) / Cfg().granularity; }
+
+// Charges the pages that small allocations of `bytes` more need.
+bool ChargeSmall(int device, uint64_t bytes) {
+  const uint64_t pages = PagesFor(Rt().small_bytes[device] + bytes);
+  const uint64_t more = pages - Rt().small_pages[device];
+  if (more > 0 && !State().TryCharge(device, more * Cfg().granularity)) return false;
+  Rt().small_bytes[device] += bytes;
+  Rt().small_pages[device] = pages;
+  return true;
+}
+
+}  // namespace
+
+void ReleaseSmall(int device, uint64_t bytes) {
+  Rt().small_bytes[device] -= std::min(bytes, Rt().small_bytes[device]);
+  const uint64_t pages = PagesFor(Rt().small_bytes[device]);
+  if (pages < Rt().small_pages[device]) {
+    State().Uncharge(device, (Rt().small_pages[device] - pages) * Cfg().granularity);
+    Rt().small_pages[device] = pages;
+  }
+}
+
 CUresult AllocDevice(Context* ctx, uint64_t bytes, bool low32, CUdeviceptr* out) {
   if (bytes == 0) return CUDA_ERROR_INVALID_VALUE;
-  const uint64_t size = RoundUp(bytes, Cfg().granularity);
+  const bool packed = bytes <= Cfg().granularity / 2;
+  const uint64_t size = packed ? RoundUp(bytes, 512) : RoundUp(bytes, Cfg().granularity);
   if (size < bytes) return CUDA_ERROR_OUT_OF_MEMORY;
-  if (!State().TryCharge(ctx->device, size)) return CUDA_ERROR_OUT_OF_MEMORY;
-  const CUdeviceptr base = ReserveAddress(ctx->device, size, Cfg().granularity, low32, false);
+  if (packed ? !ChargeSmall(ctx->device, size) : !State().TryCharge(ctx->device, size)) return CUDA_ERROR_OUT_OF_MEMORY;
+  const CUdeviceptr base = ReserveAddress(ctx->device, size, packed ? 512 : Cfg().granularity, low32, false);
   if (base == 0) {
-    State().Uncharge(ctx->device, size);
+    if (packed) {
+      ReleaseSmall(ctx->device, size);
+    } else {
+      State().Uncharge(ctx->device, size);
+    }
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   Allocation allocation;
   allocation.requested = bytes;
+  allocation.packed = packed;
   allocation.size = size;
   allocation.device = ctx->device;
   allocation.ctx = ctx;
@@ -218,6 +249,7 @@ CUresult FreeDevice(CUdeviceptr dptr) {
     PoolFree(dptr);
     return CUDA_SUCCESS;
   }
+  if (it->second.packed) ReleaseSmall(it->second.device, it->second.size);
   State().Uncharge(it->second.device, DeviceBytes(it->second));
   Rt().allocations.erase(it);
   ReleaseAddress(dptr);

@@ -174,8 +174,8 @@ class SharedState::Lock {
   pthread_mutex_t* mutex_;
 };
 
-SharedState::SharedState(StateFile* file, int slot)
-    : file_(file), slot_(slot), slot_pid_(static_cast<int32_t>(::getpid())) {
+SharedState::SharedState(StateFile* file, int slot, uint64_t teardown_ns)
+    : file_(file), slot_(slot), slot_pid_(static_cast<int32_t>(::getpid())), teardown_ns_(teardown_ns) {
   device_count_ = static_cast<int>(file->device_count);
 }
 
@@ -220,8 +220,15 @@ SharedState* SharedState::Open(const Config& config, std::string* error) {
       if (proc.pid == 0) continue;
       if (ProcessAlive(proc.pid, proc.start_time) && proc.pid != ::getpid()) {
         anyone_alive = true;
-      } else {
+      } else if (config.teardown_ns == 0 || proc.pid == ::getpid()) {
         std::memset(&proc, 0, sizeof proc);
+      } else if (proc.dead_since_ns == 0) {
+        proc.dead_since_ns = NowNs();  // being torn down; a later reap clears it
+      }
+    }
+    if (!anyone_alive) {
+      for (auto& proc : file->processes) {
+        if (proc.pid != 0 && proc.pid != ::getpid()) std::memset(&proc, 0, sizeof proc);
       }
     }
     if (!anyone_alive) {
@@ -255,7 +262,7 @@ SharedState* SharedState::Open(const Config& config, std::string* error) {
     *error = "simulator state: more than 128 live processes";
     return nullptr;
   }
-  return new SharedState(file, slot);
+  return new SharedState(file, slot, config.teardown_ns);
 }
 
 uint64_t SharedState::total_bytes(int dev) const { return file_->devices[dev].total_bytes; }
@@ -264,13 +271,23 @@ void SharedState::ReapLocked() {
   for (int i = 0; i < layout::kMaxProcesses; ++i) {
     auto& proc = file_->processes[i];
     if (proc.pid == 0 || (i == slot_ && slot_pid_ == proc.pid)) continue;
-    if (!ProcessAlive(proc.pid, proc.start_time)) std::memset(&proc, 0, sizeof proc);
+    if (!ProcessAlive(proc.pid, proc.start_time)) ExpireDeadLocked(proc);
   }
   for (auto& share : file_->shares) {
     if (share.id != 0 && !ProcessAlive(share.owner_pid, share.owner_start_time)) {
       std::memset(&share, 0, sizeof share);
     }
   }
+}
+
+bool SharedState::ExpireDeadLocked(layout::ProcessRecord& proc) {
+  if (teardown_ns_ > 0) {
+    const uint64_t now = NowNs();
+    if (proc.dead_since_ns == 0) proc.dead_since_ns = now;
+    if (now - proc.dead_since_ns < teardown_ns_) return false;
+  }
+  std::memset(&proc, 0, sizeof proc);
+  return true;
 }
 
 uint64_t SharedState::UsedLocked(int dev) const {

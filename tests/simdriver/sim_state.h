@@ -33,7 +33,7 @@ namespace vgpusim {
 namespace layout {
 
 inline constexpr uint64_t kMagic = 0x314d495355504756ull;  // "VGPUSIM1" little-endian
-inline constexpr uint32_t kVersion = 1;
+inline constexpr uint32_t kVersion = 2;
 inline constexpr int kMaxProcesses = 128;
 inline constexpr int kBusyRingSize = 16384;
 inline constexpr int kMaxShares = 256;
@@ -57,7 +57,8 @@ struct ProcessRecord {
   uint64_t start_time;      // clock ticks after boot, /proc/<pid>/stat field 22
   uint64_t used_bytes[kMaxDevices];
   uint32_t context_count[kMaxDevices];
-  uint64_t reserved[2];
+  uint64_t dead_since_ns;   // found dead at (CLOCK_MONOTONIC); its memory goes VGPU_SIM_TEARDOWN_MS later
+  uint64_t reserved;
 };
 
 struct ShareRecord {
@@ -115,6 +116,9 @@ class VGPU_SIM_API SharedState {
   // (device count, memory per device) and timeline are reset from `config`; otherwise the file's
   // geometry wins and a mismatch is reported on stderr. Returns nullptr with *error set on failure.
   // The returned object is never destroyed.
+  // A dead process's memory stays (in used memory and NVML's process list) for
+  // config.teardown_ns after a reap first finds it dead, as the real driver tears a killed
+  // process's context down after the process is gone.
   static SharedState* Open(const Config& config, std::string* error);
 
   // Constant after Open.
@@ -153,7 +157,10 @@ class VGPU_SIM_API SharedState {
 
  private:
   class Lock;
-  SharedState(layout::StateFile* file, int slot);
+  SharedState(layout::StateFile* file, int slot, uint64_t teardown_ns);
+  // Clears a dead process's record once its teardown time has passed (starting the clock at the
+  // first call that finds it dead). Returns whether the record was cleared.
+  bool ExpireDeadLocked(layout::ProcessRecord& proc);
 
   void ReapLocked();
   uint64_t UsedLocked(int dev) const;
@@ -164,6 +171,7 @@ class VGPU_SIM_API SharedState {
   int slot_;        // guarded by the state mutex
   int32_t slot_pid_;  // the pid slot_ was registered for
   int device_count_ = 0;
+  const uint64_t teardown_ns_;
 };
 
 // Monotonic clock in nanoseconds (shared by all processes on the machine).

@@ -11,10 +11,13 @@
 // CUDA_DEVICE_MEMORY_SHARED_CACHE) and watch the session from outside (nvml_peak.py, about every
 // millisecond): the sum of NVML's per-process usage must never pass the limit.
 //
-// Prints per child "child pid=... allocs=... frees=... refusals=... held_peak_mib=..." and one
-// "result processes=... threads=... kills=... allocs=... refusals=... errors=... hung=..." line.
-// errors: CUDA calls that failed with anything but CUDA_ERROR_OUT_OF_MEMORY; hung: children that
-// did not finish within S + 30 s (a stuck lock). Exit 0 when errors == 0 and hung == 0.
+// A child whose context does not fit the limit (CUDA_ERROR_OUT_OF_MEMORY at its creation, in a
+// full container) tries again every 20 ms until the run ends, as a restarted worker would.
+// Prints per child "child pid=... context_tries=... allocs=... frees=... refusals=... errors=...
+// held_peak_mib=..." and one "result processes=... threads=... kills=... replace=... children=...
+// errors=... hung=..." line. errors: CUDA calls that failed with anything but
+// CUDA_ERROR_OUT_OF_MEMORY (children counted); hung: children that did not finish within S + 30 s
+// (a stuck lock). Exit 0 when errors == 0 and hung == 0.
 #include <cuda.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -99,18 +102,32 @@ void Worker(CUcontext ctx, const Options& o, unsigned seed, double end, Counters
 
 int Child(const Options& o, unsigned seed, double end) {
   CUdevice dev;
-  CUcontext ctx;
-  if (cuInit(0) != CUDA_SUCCESS || cuDeviceGet(&dev, 0) != CUDA_SUCCESS ||
-      cuDevicePrimaryCtxRetain(&ctx, dev) != CUDA_SUCCESS) {
-    fprintf(stderr, "churn child %d: no context\n", getpid());
+  CUcontext ctx = nullptr;
+  if (cuInit(0) != CUDA_SUCCESS || cuDeviceGet(&dev, 0) != CUDA_SUCCESS) {
+    fprintf(stderr, "churn child %d: no device\n", getpid());
     return 3;
+  }
+  int tries = 0;
+  for (;;) {
+    ++tries;
+    const CUresult r = cuDevicePrimaryCtxRetain(&ctx, dev);
+    if (r == CUDA_SUCCESS) break;
+    if (r != CUDA_ERROR_OUT_OF_MEMORY) {
+      fprintf(stderr, "churn child %d: no context: %d\n", getpid(), static_cast<int>(r));
+      return 3;
+    }
+    if (Now() >= end) {
+      printf("child pid=%d context_tries=%d (never fitted)\n", getpid(), tries);
+      return 0;
+    }
+    usleep(20000);
   }
   Counters c;
   std::vector<std::thread> threads;
   for (int t = 0; t < o.threads; ++t) threads.emplace_back(Worker, ctx, std::cref(o), seed * 131 + t, end, &c);
   for (auto& t : threads) t.join();
-  printf("child pid=%d allocs=%ld frees=%ld refusals=%ld errors=%ld held_peak_mib=%.1f\n", getpid(), c.allocs.load(),
-         c.frees.load(), c.refusals.load(), c.errors.load(), c.held_peak.load() / 1048576.0);
+  printf("child pid=%d context_tries=%d allocs=%ld frees=%ld refusals=%ld errors=%ld held_peak_mib=%.1f\n", getpid(),
+         tries, c.allocs.load(), c.frees.load(), c.refusals.load(), c.errors.load(), c.held_peak.load() / 1048576.0);
   fflush(stdout);
   return c.errors.load() == 0 ? 0 : 4;
 }

@@ -211,6 +211,7 @@ void RetryUntilAllocated(uint64_t bytes, int timeout_ms, int64_t start_ns) {
     rc = cuMemAlloc(&p, bytes);
     ++attempts;
     if (rc == CUDA_SUCCESS) {
+      memtest::HoldPoint("obtained");  // the observer sees what the driver holds with it
       CHECK_CU(cuMemFree(p));
       break;
     }

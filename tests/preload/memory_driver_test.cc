@@ -1,0 +1,146 @@
+// The limit counted the way the driver counts: memory the simulated driver adds or keeps without
+// an allocation call must never take the container past its limit, and the free figure must be
+// what can be allocated. Each test models one thing the H200 (driver 580) did
+// (tests/gpu/memory/driver_facts.cu, docs/memory.md):
+//   - a context is 518 MiB at its creation, before anything can charge it;
+//   - allocations above half the 2 MiB granule are rounded up to it (2 MiB + 1 byte takes 4 MiB);
+//   - a SIGKILLed process's memory stays ~100 ms after the process is gone;
+//   - lazily loaded kernels and library state appear at launches, not at allocation calls.
+// The simulated driver models each (VGPU_SIM_CONTEXT_OVERHEAD, VGPU_SIM_GRANULARITY,
+// VGPU_SIM_TEARDOWN_MS, VGPU_SIM_LAZY_MODULE_MEMORY); the observer sees what it holds.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "memory_harness.h"
+
+namespace vgpu::testing {
+namespace {
+
+using MemoryDriverTest = MemoryTest;
+
+// A second process's context is charged before it exists: at a full container it is refused,
+// and the driver never holds more than the limit, not even for a moment.
+TEST_F(MemoryDriverTest, AContextThatDoesNotFitIsRefusedBeforeItExists) {
+  sim_["VGPU_SIM_CONTEXT_OVERHEAD"] = "64MiB";
+  const uint64_t limit = 1 * kGiB;
+  StartObserver();
+  const Env env = VgpuEnv(Limit(limit));
+  const std::string ready = dir_ + "/holder.pid";
+  RunResult holder;
+  std::thread holder_thread([&] { holder = Run({"memory_procs", "hold", "960", "64", ready}, env); });
+  const int64_t deadline = NowMs() + 10'000;
+  while (!std::filesystem::exists(ready) && NowMs() < deadline) SleepMs(2);
+  ASSERT_TRUE(std::filesystem::exists(ready)) << Describe(holder);
+  const RunResult newcomer = Run({"memory_info", "report"}, env);
+  pid_t pid = 0;
+  std::ifstream(ready) >> pid;
+  kill(pid, SIGKILL);
+  holder_thread.join();
+  const Observation obs = StopObserver();
+  ASSERT_EQ(newcomer.exit_code, 0) << Describe(newcomer);
+  EXPECT_EQ(Transcript(newcomer).U64("context_error"), kOom) << Describe(newcomer);
+  EXPECT_LE(obs.Peak(0), limit) << "observer peak " << MiB(obs.Peak(0));
+}
+
+// A killed process's memory is charged until the driver has let it go: a newcomer waiting for it
+// gets it, but only then.
+TEST_F(MemoryDriverTest, AKilledProcessStaysChargedUntilTheDriverLetsItGo) {
+  sim_["VGPU_SIM_CONTEXT_OVERHEAD"] = "64MiB";
+  sim_["VGPU_SIM_TEARDOWN_MS"] = "300";
+  const uint64_t limit = 1 * kGiB;
+  StartObserver();
+  const Env env = VgpuEnv(Limit(limit));
+  const std::string ready = dir_ + "/holder.pid";
+  RunResult holder;
+  std::thread holder_thread([&] { holder = Run({"memory_procs", "hold", "768", "64", ready}, env); });
+  const int64_t deadline = NowMs() + 10'000;
+  while (!std::filesystem::exists(ready) && NowMs() < deadline) SleepMs(2);
+  ASSERT_TRUE(std::filesystem::exists(ready)) << Describe(holder);
+  pid_t pid = 0;
+  std::ifstream(ready) >> pid;
+  ASSERT_EQ(kill(pid, SIGKILL), 0);
+  holder_thread.join();
+  const RunResult after = Run({"memory_procs", "reclaim", "768", "3000"}, env);
+  const Observation obs = StopObserver();
+  ASSERT_EQ(after.exit_code, 0) << Describe(after);
+  const Transcript t(after);
+  EXPECT_EQ(t.U64("obtained"), 1u) << Describe(after);
+  EXPECT_LE(t.U64("elapsed_ms"), 2000u) << Describe(after);
+  EXPECT_LE(obs.HoldUsed("obtained", 0), limit) << Describe(after);
+  EXPECT_LE(obs.Peak(0), limit) << "observer peak " << MiB(obs.Peak(0));
+}
+
+// Charged what the driver takes: 2 MiB + 1 byte is 4 MiB on the device. With 3 MiB left after
+// the last whole 4 MiB, one more such allocation would pass the limit by 1 MiB.
+TEST_F(MemoryDriverTest, AllocationsAreChargedWhatTheDriverRoundsThemTo) {
+  sim_["VGPU_SIM_CONTEXT_OVERHEAD"] = "32MiB";
+  const uint64_t limit = (32 + 56 * 4 + 3) * kMiB;
+  const auto [run, obs] = RunObserved({"memory_growth", "odd", "2"}, Limit(limit));
+  ASSERT_EQ(run.exit_code, 0) << Describe(run);
+  EXPECT_EQ(Transcript(run).U64("count"), 56u) << Describe(run);
+  EXPECT_LE(obs.Peak(0), limit) << "observer peak " << MiB(obs.Peak(0));
+}
+
+// The free figure after the driver grew (first launches loaded kernels) is what can be
+// allocated: free - 2 MiB fits, free + 64 MiB does not, and the driver stays within the limit.
+TEST_F(MemoryDriverTest, FreeIsWhatCanBeAllocatedAfterTheDriverGrew) {
+  sim_["VGPU_SIM_CONTEXT_OVERHEAD"] = "64MiB";
+  sim_["VGPU_SIM_LAZY_MODULE_MEMORY"] = "16MiB";
+  const uint64_t limit = 1 * kGiB;
+  Env limits = Limit(limit);
+  limits["VGPU_MEMORY_HEADROOM"] = "64MiB";
+  const auto [run, obs] = RunObserved({"memory_growth", "free", "4"}, limits);
+  ASSERT_EQ(run.exit_code, 0) << Describe(run);
+  const Transcript t(run);
+  EXPECT_EQ(t.U64("fit_code"), 0u) << Describe(run);
+  EXPECT_EQ(t.U64("over_code"), kOom) << Describe(run);
+  // What was held at "fit" plus the headroom is the limit, to within the 2 MiB left out.
+  EXPECT_GE(obs.HoldUsed("fit", 0) + 64 * kMiB + 2 * kMiB, limit - kSimGranularity) << Describe(run);
+  EXPECT_LE(obs.Peak(0), limit) << "observer peak " << MiB(obs.Peak(0));
+}
+
+// Growth without an allocation call at a full container stays within the headroom; without a
+// headroom the same growth passes the limit (why the headroom exists).
+TEST_F(MemoryDriverTest, GrowthAtAFullContainerStaysWithinTheHeadroom) {
+  sim_["VGPU_SIM_CONTEXT_OVERHEAD"] = "64MiB";
+  sim_["VGPU_SIM_LAZY_MODULE_MEMORY"] = "16MiB";
+  const uint64_t limit = 1 * kGiB;
+  Env limits = Limit(limit);
+  limits["VGPU_MEMORY_HEADROOM"] = "64MiB";
+  {
+    const auto [run, obs] = RunObserved({"memory_growth", "fill", "4"}, limits);
+    ASSERT_EQ(run.exit_code, 0) << Describe(run);
+    EXPECT_EQ(Transcript(run).U64("filled"), limit - 64 * kMiB - 64 * kMiB) << Describe(run);
+    for (uint64_t code : Transcript(run).All("launch_code")) EXPECT_EQ(code, 0u) << Describe(run);
+    EXPECT_EQ(obs.HoldUsed("grown", 0), limit) << Describe(run);
+    EXPECT_LE(obs.Peak(0), limit) << "observer peak " << MiB(obs.Peak(0));
+  }
+  limits["VGPU_MEMORY_HEADROOM"] = "0";
+  const auto [run, obs] = RunObserved({"memory_growth", "fill", "4"}, limits);
+  ASSERT_EQ(run.exit_code, 0) << Describe(run);
+  EXPECT_EQ(obs.HoldUsed("grown", 0), limit + 64 * kMiB) << Describe(run);
+}
+
+// Several processes and threads allocating sizes that are not granule multiples, two of them
+// SIGKILLed (and replaced by new processes whose contexts appear while the others fill the
+// limit): what the driver holds for the container never passes the limit.
+TEST_F(MemoryDriverTest, ChurnWithKillsNeverPassesTheLimit) {
+  sim_["VGPU_SIM_CONTEXT_OVERHEAD"] = "64MiB";
+  sim_["VGPU_SIM_TEARDOWN_MS"] = "100";
+  const uint64_t limit = 1 * kGiB;
+  const auto [run, obs] = RunObserved({"churn", "--processes", "6", "--threads", "3", "--seconds", "3", "--kills", "2",
+                                       "--replace", "--max-mib", "48", "--seed", "7"},
+                                      Limit(limit));
+  ASSERT_EQ(run.exit_code, 0) << Describe(run);
+  EXPECT_NE(run.out.find("errors=0 hung=0"), std::string::npos) << Describe(run);
+  EXPECT_LE(obs.Peak(0), limit) << "observer peak " << MiB(obs.Peak(0));
+}
+
+}  // namespace
+}  // namespace vgpu::testing
