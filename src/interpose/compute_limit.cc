@@ -232,6 +232,10 @@ std::vector<int32_t> ContainerPids(const ledger::Ledger& ledger) {
 
 void* MonitorMain(void*) {
   Registry& r = R();
+  // Relaxed: this thread never captures, and in the default (global) mode its event queries
+  // would count as unsafe calls during an application thread's capture and invalidate it.
+  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+  if (g_cuda.cuThreadExchangeStreamCaptureMode != nullptr) g_cuda.cuThreadExchangeStreamCaptureMode(&mode);
   CUcontext current = nullptr;
   int64_t next_signals = 0;
   int64_t period = kMonitorPeriodNs;

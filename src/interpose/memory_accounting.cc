@@ -416,18 +416,32 @@ bool ReserveContext(int ordinal, bool new_memory, ContextCharge* charge) {
   State& s = S();
   const int slot = s.slot.load(std::memory_order_relaxed);
   // The size learned from the container's earlier contexts. Before the first one is measured
-  // the size is a guess (518 MiB on an H200), so the guess holds what it can and never refuses:
-  // processes starting together must not starve each other on guesses; FinishContext measures
-  // the real size and refuses a context that does not fit after all.
-  constexpr uint64_t kFirstContextGuess = 512ULL << 20;
-  const uint64_t known = s.ledger->ContextBytes(device);
+  // it is a generous guess (a runtime context is 518 MiB on an H200), held while there is room:
+  // processes starting together then wait for the first measurement instead of all creating
+  // contexts on a guess that may be short. What a guess holds is never refused outright:
+  // FinishContext measures the real size and refuses a context that does not fit after all.
+  constexpr uint64_t kFirstContextGuess = 1ULL << 30;
+  constexpr int64_t kWaitForMeasurementNs = 5'000'000'000;
   charge->device = device;
   charge->overhead_before = s.ledger->SlotOverhead(slot, device);
-  uint64_t estimate = known;
-  if (known == 0) {
-    estimate = std::min(kFirstContextGuess, Available(device));
-    if (estimate == 0 || !Reserve(device, estimate, /*log_refusal=*/false)) return true;
-  } else if (!Reserve(device, estimate)) {
+  uint64_t estimate = s.ledger->ContextBytes(device);
+  if (estimate == 0) {
+    const int64_t deadline = NowNs() + kWaitForMeasurementNs;
+    for (;;) {
+      const uint64_t guess = std::min(kFirstContextGuess, Available(device));
+      if (guess > 0 && Reserve(device, guess, /*log_refusal=*/false)) {
+        NoteInflight(device, static_cast<int64_t>(guess));  // not in NVML's figure yet
+        charge->reserved = guess;
+        return true;
+      }
+      estimate = s.ledger->ContextBytes(device);
+      if (estimate > 0) break;  // measured meanwhile: reserve that below
+      if (NowNs() >= deadline) return true;  // nothing to go by: FinishContext decides
+      const timespec pause{0, 5'000'000};  // another process is creating the first context
+      nanosleep(&pause, nullptr);
+    }
+  }
+  if (!Reserve(device, estimate)) {
     VGPU_ERROR("a new context on CUDA device %d needs about %" PRIu64 " MiB and does not fit the memory limit "
                "(%" PRIu64 " MiB, %" PRIu64 " MiB in use by the container); refused with CUDA_ERROR_OUT_OF_MEMORY",
                ordinal, estimate >> 20, Limit(device) >> 20, Used(device) >> 20);

@@ -61,6 +61,7 @@ mem_le() { [ -n "${1:-}" ] && [ -n "${2:-}" ] && awk -v a="$1" -v b="$2" 'BEGIN 
 # Runs the command under vgpu (limit MEM_LIMIT, a fresh ledger) watched by nvml_peak.py. Sets
 # MEM_OUTPUT, MEM_RC, MEM_RESULT (the last "result ..." line), MEM_PEAK (bytes on GPU 0) and
 # MEM_PEAK_METHOD (pid: NVML's per-process figure; device: rise of the device's used memory).
+# MEM_WATCH_ARGS: extra nvml_peak.py options (e.g. --every-new).
 mem_watch() {
   local name=$1 seconds=$2
   shift 2
@@ -69,7 +70,7 @@ mem_watch() {
   shift
   local ledger_dir
   ledger_dir=$(mktemp -d "$MEM_TMP/$name.XXXX")
-  MEM_OUTPUT=$(timeout -k 10 "$seconds" python3 "$MEM_HERE/nvml_peak.py" --gpus 0 -- \
+  MEM_OUTPUT=$(timeout -k 10 "$seconds" python3 "$MEM_HERE/nvml_peak.py" --gpus 0 ${MEM_WATCH_ARGS:-} -- \
     env -u PYTORCH_CUDA_ALLOC_CONF LD_PRELOAD="$LIB" CUDA_DEVICE_MEMORY_LIMIT="$MEM_LIMIT" \
     CUDA_DEVICE_MEMORY_SHARED_CACHE="$ledger_dir/ledger" ${envs[@]+"${envs[@]}"} "$@" 2>&1)
   MEM_RC=$?
@@ -179,11 +180,13 @@ row "memory: context counted on every path (obtained + context <= limit)" $v \
   "context $(mem_mib "$MEM_CTX") MiB${MEM_CTX_BAD:+; over: ${MEM_CTX_BAD%; }}"
 
 # --- usable memory --------------------------------------------------------------------------------
+# The default headroom (VGPU_MEMORY_HEADROOM) of a 1 GiB limit is an eighth of it: 128 MiB.
+MEM_HEADROOM=$((MEM_LIMIT_BYTES / 8))
 MEM_USABLE=${MEM_OBTAINED[cudaMalloc]:-0}
-MEM_FLOOR=$((MEM_LIMIT_BYTES - MEM_CTX - MEM_STEP_BYTES))
+MEM_FLOOR=$((MEM_LIMIT_BYTES - MEM_CTX - MEM_HEADROOM - MEM_STEP_BYTES))
 if [ "$MEM_CTX" -gt 0 ] && [ "$MEM_USABLE" -ge "$MEM_FLOOR" ] && [ "$MEM_USABLE" -le "$MEM_LIMIT_BYTES" ]; then v=PASS; else v=FAIL; fi
-row "memory: usable >= limit - context - one allocation" $v \
-  "cudaMalloc got $(mem_mib "$MEM_USABLE") MiB; 1024 - $(mem_mib "$MEM_CTX") (context) - 64 = $(mem_mib "$MEM_FLOOR") MiB"
+row "memory: usable >= limit - context - headroom - one allocation" $v \
+  "cudaMalloc got $(mem_mib "$MEM_USABLE") MiB; 1024 - $(mem_mib "$MEM_CTX") (context) - $(mem_mib "$MEM_HEADROOM") (headroom) - 64 = $(mem_mib "$MEM_FLOOR") MiB"
 
 # --- pinned host memory ---------------------------------------------------------------------------
 mem_watch pinned 120 -- "$MEM_BIN" pinned --limit-mib 1024 --step-mib 64 --cap-mib 4096
@@ -255,6 +258,59 @@ if [ "${QUICK:-0}" = 0 ]; then
     row "memory: CuPy" $v \
       "memGetInfo total $(mem_mib "$total") MiB; $(mem_field "$MEM_RESULT" error) after $(mem_mib "$got") MiB; $(mem_peak_text)"
   fi
+fi
+
+# --- the free figure is what can be allocated (free_check.py), under every allocator ---------------
+# After a seeded random sequence of 1-256 MiB allocations and frees (most sizes not multiples of
+# 2 MiB, kernels in between) at a 4 GiB limit: one allocation of free - granule must succeed, one of
+# free + 64 MiB must raise the framework's own OOM, and NVML's figure must stay <= 4 GiB.
+MEM_FREE_LIMIT=4GiB
+for fw in driver torch torch-expandable torch-async cupy jax; do
+  [ "${QUICK:-0}" = 1 ] && [ $fw != driver ] && [ $fw != torch ] && continue
+  envs=()
+  case $fw in
+    torch-expandable) envs=(PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True) ;;
+    torch-async) envs=(PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync) ;;
+    jax) envs=(XLA_PYTHON_CLIENT_ALLOCATOR=platform XLA_PYTHON_CLIENT_PREALLOCATE=false) ;;
+  esac
+  for seed in 3 11; do
+    mem_watch "free-$fw-$seed" 300 CUDA_DEVICE_MEMORY_LIMIT=$MEM_FREE_LIMIT ${envs[@]+"${envs[@]}"} -- \
+      python3 "$MEM_HERE/free_check.py" --framework $fw --seed $seed
+    if [ -z "$MEM_RESULT" ]; then
+      row "memory: free is what can be allocated ($fw, seed $seed)" FAIL "$(mem_no_result)"
+      continue
+    fi
+    v=FAIL
+    if [ "$(mem_field "$MEM_RESULT" fit)" = yes ] && [ "$(mem_field "$MEM_RESULT" refused)" = yes ] &&
+      [ "$(mem_field "$MEM_RESULT" expected_type)" = yes ] && mem_le "$MEM_PEAK" $((4 << 30)); then v=PASS; fi
+    row "memory: free is what can be allocated ($fw, seed $seed)" $v \
+      "held $(mem_field "$MEM_RESULT" held_mib) MiB, free $(mem_mib "$(mem_field "$MEM_RESULT" free_bytes)") MiB: free - $(mem_mib "$(mem_field "$MEM_RESULT" granule)") MiB fit=$(mem_field "$MEM_RESULT" fit), free + 64 MiB refused=$(mem_field "$MEM_RESULT" refused) ($(mem_field "$MEM_RESULT" refused_error)); $(mem_peak_text) of 4096"
+  done
+done
+
+# --- the group limit under multi-process churn (churn.cc) ------------------------------------------
+# P processes x 4 threads allocating 1-256 MiB (most not multiples of 2 MiB) and freeing at random,
+# K of them SIGKILLed and replaced midway, one 8 GiB ledger; NVML's per-process figures summed
+# over the group, sampled from outside (nvml_peak.py), must never pass 8 GiB.
+if g++ -std=c++20 -O2 -I/usr/local/cuda/include -o "$G/churn" "$MEM_HERE/churn.cc" -L/usr/local/cuda/lib64/stubs \
+  -lcuda -lpthread >>"$MEM_LOG" 2>&1; then
+  for spec in "8 3 1" "16 6 2"; do
+    set -- $spec
+    [ "${QUICK:-0}" = 1 ] && [ "$1" != 8 ] && continue
+    started=$(date +%s.%N)
+    MEM_WATCH_ARGS=--every-new mem_watch "churn-$1" 120 CUDA_DEVICE_MEMORY_LIMIT=8GiB -- "$G/churn" --processes "$1" \
+      --threads 4 --seconds 16 --kills "$2" --replace --seed "$3"
+    took=$(awk -v a="$started" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+    samples=$(mem_field "$(printf '%s\n' "$MEM_OUTPUT" | grep '^nvml_peak gpu=0 ' | tail -1)" samples)
+    rate=$(awk -v n="${samples:-0}" -v t="$took" 'BEGIN { printf "%.0f", n / t }')
+    v=FAIL
+    if printf '%s\n' "$MEM_OUTPUT" | grep -q "^result .* errors=0 hung=0" && mem_le "$MEM_PEAK" $((8 << 30)) &&
+      [ "${rate:-0}" -ge 100 ]; then v=PASS; fi
+    row "memory: group of $1 processes x 4 threads, $2 killed and replaced, 8 GiB" $v \
+      "$(printf '%s\n' "$MEM_OUTPUT" | grep '^result ' | cut -d' ' -f2-); $(mem_peak_text) of 8192, sampled at $rate Hz"
+  done
+else
+  row "memory: build churn.cc" FAIL "g++ failed; see $MEM_LOG"
 fi
 
 rm -rf "$MEM_TMP"
