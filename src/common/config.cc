@@ -176,7 +176,7 @@ bool ParsePeriod(std::string_view raw, int64_t* out, std::string* reason) {
   }
   const std::optional<int64_t> ms = ParseDurationMs(s);
   if (!ms || *ms < kMinPeriodMs || *ms > kMaxPeriodMs) {
-    *reason = "expected a duration from 10ms to 5s, such as 500ms or 1s (or 0/off for no slices)";
+    *reason = "expected a duration from 10ms to 5s, such as 50ms or 1s (or 0/off for bursts launch by launch)";
     return false;
   }
   *out = *ms;
@@ -756,8 +756,10 @@ std::string Config::Describe() const {
   if (!board_path.empty()) AppendLine(&out, "board", board_path);
   if (memory_headroom_set) AppendLine(&out, "memory headroom", ShowBytesLong(memory_headroom));
   if (!compute_turns) AppendLine(&out, "compute turns", "off");
-  if (compute_period_ms != 0) {
-    AppendLine(&out, "compute period", std::to_string(compute_period_ms) + " ms (slices)");
+  if (compute_period_ms != kDefaultComputePeriodMs) {
+    AppendLine(&out, "compute period",
+               compute_period_ms != 0 ? std::to_string(compute_period_ms) + " ms (runs of share x period)"
+                                      : std::string("off (bursts, launch by launch)"));
   }
   for (size_t i = 0; i < device_uuids.size(); ++i) {
     AppendLine(&out, "device " + std::to_string(i) + " uuid", device_uuids[i]);

@@ -69,6 +69,8 @@ const char* LogLevelName(LogLevel level);
 // "default", "force", "disable".
 const char* CorePolicyName(CorePolicy policy);
 
+inline constexpr int64_t kDefaultComputePeriodMs = 50;
+
 struct Config {
   // CUDA_DISABLE_CONTROL=true: the library forwards every call untouched. When set, every limit
   // below is left at its default (no limit) and only log_level is meaningful.
@@ -110,7 +112,9 @@ struct Config {
   uint64_t memory_headroom = 0;
   bool memory_headroom_set = false;
   bool compute_turns = true;              // VGPU_COMPUTE_TURNS: limited processes take turns on a GPU
-  int64_t compute_period_ms = 0;          // VGPU_COMPUTE_PERIOD: slices of this period, 0 = none
+  // VGPU_COMPUTE_PERIOD: a limited process runs share x period, then rests (docs/compute.md);
+  // 0 = no runs, bursts launch by launch.
+  int64_t compute_period_ms = kDefaultComputePeriodMs;
   std::vector<std::string> device_uuids;  // GPU_DEVICES_UUID, in CUDA ordinal order, validated
   LogLevel log_level = LogLevel::kError;  // default: errors only
 

@@ -168,7 +168,7 @@ std::vector<ValidCase> ValidCases() {
       {"CUDA_OVERSUBSCRIBE", {{"CUDA_OVERSUBSCRIBE", "true"}}, [](const Config& c) { EXPECT_TRUE(c.oversubscribe); }},
       {"turns by default", {}, [](const Config& c) { EXPECT_TRUE(c.compute_turns); }},
       {"VGPU_COMPUTE_TURNS off", {{"VGPU_COMPUTE_TURNS", "false"}}, [](const Config& c) { EXPECT_FALSE(c.compute_turns); }},
-      {"no slices by default", {}, [](const Config& c) { EXPECT_EQ(c.compute_period_ms, 0); }},
+      {"runs of 50 ms by default", {}, [](const Config& c) { EXPECT_EQ(c.compute_period_ms, 50); }},
       {"VGPU_COMPUTE_PERIOD 1s", {{"VGPU_COMPUTE_PERIOD", "1s"}}, [](const Config& c) { EXPECT_EQ(c.compute_period_ms, 1000); }},
       {"VGPU_COMPUTE_PERIOD 250ms", {{"VGPU_COMPUTE_PERIOD", " 250ms "}}, [](const Config& c) { EXPECT_EQ(c.compute_period_ms, 250); }},
       {"VGPU_COMPUTE_PERIOD off", {{"VGPU_COMPUTE_PERIOD", "off"}}, [](const Config& c) { EXPECT_EQ(c.compute_period_ms, 0); }},
@@ -616,8 +616,9 @@ TEST(DescribeTest, TurnsOffIsListed) {
 TEST(DescribeTest, ComputePeriodIsListed) {
   const ConfigResult result = Parse({{"VGPU_COMPUTE_PERIOD", "1s"}});
   ASSERT_TRUE(result.ok()) << Messages(result.errors);
-  ExpectContainsLine(result.config.Describe(), "compute period: 1000 ms (slices)");
-  EXPECT_EQ(Parse({}).config.Describe().find("compute period"), std::string::npos);
+  ExpectContainsLine(result.config.Describe(), "compute period: 1000 ms (runs of share x period)");
+  ExpectContainsLine(Parse({{"VGPU_COMPUTE_PERIOD", "off"}}).config.Describe(), "compute period: off (bursts, launch by launch)");
+  EXPECT_EQ(Parse({}).config.Describe().find("compute period"), std::string::npos);  // the default
 }
 
 TEST(DescribeTest, HostSpillLimit) {

@@ -69,33 +69,47 @@ int64_t Controller::AdmitDelayNs(int64_t now) {
   NoteActivity(now);
   MaybeUpdate(now);
   if (CurrentRatePpm() >= kFullShare) return 0;
-  int64_t debt = state_->vclock_ns.load(kRelaxed) - now;
+  const int64_t debt = state_->vclock_ns.load(kRelaxed) - now;
+  if (Running()) return RunDelayNs(now, debt);
   const int64_t other_turn = other_turn_ns_.load(kRelaxed);
   const bool sharing = other_turn != 0 && now - other_turn < options_.turn_recent_ns;
-  int64_t tolerated = sharing ? options_.turn_admit_ahead_ns : options_.admit_ahead_ns;
-  if (Slicing()) {
-    const bool in_slice = in_slice_.load(kRelaxed);
-    if (in_slice) tolerated = std::max(tolerated, SliceDebtNs());
-    // Over it: rest until the debt is paid. Within it: a slice (re)starts or goes on.
-    if ((debt <= tolerated) != in_slice) in_slice_.store(debt <= tolerated, kRelaxed);
-  }
+  const int64_t tolerated = sharing ? options_.turn_admit_ahead_ns : options_.admit_ahead_ns;
   if (debt > tolerated) return std::min(debt, options_.max_sleep_ns);
   return TurnDelayNs(now);
 }
 
-// Slices apply to a hard limit: not while yielding (the yield is at once), and not to a container
+// Runs apply to a hard limit: not while yielding (the yield is at once), and not to a container
 // with a soft limit, whose neighbours come and go: beside a neighbour that does not take turns,
-// a long run time-slices with it and its events count the neighbour's work too (on the H200 a
-// sliced 30% container beside an unlimited one got 11%; short bursts fit in the GPU's own
-// time slices and do not).
-bool Controller::Slicing() const {
+// a run time-slices with it and its events count the neighbour's work too (on the H200 a 30%
+// container in 0.9 s runs beside an unlimited one got 11%; bursts of a fraction of a
+// millisecond fit in the GPU's own time slices and do not).
+bool Controller::Running() const {
   return options_.period_ns > 0 && state_->mode.load(kRelaxed) != static_cast<uint32_t>(Mode::kYield) &&
          soft_ppm_.load(kRelaxed) <= hard_ppm_.load(kRelaxed) && CurrentRatePpm() < kFullShare;
 }
 
-// The debt a slice may run up: (1 - rate) * period (while Slicing()).
-int64_t Controller::SliceDebtNs() const {
-  return options_.period_ns * (kFullShare - CurrentRatePpm()) / kFullShare;  // period <= max_debt: no overflow
+// A run: once the debt is paid (within admit_ahead_ns) and the GPU's turn is free, every launch
+// of the process is admitted for share x period of wall time, whatever its stream or thread, so
+// its kernels overlap as they do natively; then it rests until the debt is paid again. A run
+// ends early when the debt passes twice what a saturating run leaves, (1 - share) x period: the
+// charges of a single long kernel or graph stop it.
+int64_t Controller::RunDelayNs(int64_t now, int64_t debt) {
+  const int32_t rate = CurrentRatePpm();
+  const int64_t end = run_end_ns_.load(kRelaxed);
+  if (now < end) {
+    const int64_t ceiling = 8 * options_.period_ns * (kFullShare - rate) / kFullShare + options_.admit_ahead_ns;
+    // Another process's claimed work still in flight (a process of this container, or of a
+    // neighbour whose run overlaps this one): wait for it rather than time-slice with it.
+    if (debt <= ceiling) return TurnDelayNs(now);
+    run_end_ns_.store(0, kRelaxed);  // ended early
+  }
+  if (debt > options_.admit_ahead_ns) return std::min(debt, options_.max_sleep_ns);
+  const int64_t turn = TurnDelayNs(now);
+  if (turn > 0) return turn;
+  const int64_t length = std::max(options_.period_ns * rate / kFullShare, options_.min_run_ns);
+  int64_t expected = end;
+  run_end_ns_.compare_exchange_strong(expected, now + length, kRelaxed, kRelaxed);  // one thread opens it
+  return 0;
 }
 
 // --- Turns ---------------------------------------------------------------------------------
@@ -147,7 +161,7 @@ int64_t Controller::TurnDelayNs(int64_t now) {
   }
   // With slices, a neighbour's run lasts its share of its period: wait for it whole (runs that
   // overlap time-slice, and each one's events then count the other's work).
-  const int64_t max_wait = Slicing() ? std::max(options_.max_turn_wait_ns, options_.period_ns)
+  const int64_t max_wait = Running() ? std::max(options_.max_turn_wait_ns, options_.period_ns)
                                      : options_.max_turn_wait_ns;
   const int64_t left = max_wait - (now - since);
   if (left <= 0) return 0;  // waited long enough: go (the wait restarts at the next burst)
@@ -287,8 +301,8 @@ Controller::Sample Controller::TakeSample(int64_t now, int64_t dt, uint64_t busy
 // window) and settled.
 void Controller::UpdateCorrection(const Sample& sample, Mode mode, int64_t now) {
   int32_t target = TargetPpm(mode);
-  if (mode == Mode::kYield || target >= kFullShare || Slicing()) {
-    // Nothing to correct: yielding, or no limit. With slices, every sensor's average ripples
+  if (mode == Mode::kYield || target >= kFullShare || Running()) {
+    // Nothing to correct: yielding, or no limit. With runs, every sensor's average ripples
     // with them (its value depends on where in a period it is read, and a measurement starts
     // with a run); the budget clock alone holds a saturating container's share.
     state_->rate_ppm.store(static_cast<uint32_t>(target), kRelaxed);

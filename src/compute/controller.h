@@ -31,11 +31,14 @@
 //   be in flight (GpuTurn::until_ns, at most max_turn_wait_ns per burst), and every launch
 //   extends the claim by its estimate. While another process took a turn recently, bursts are
 //   longer (turn_admit_ahead_ns): fewer hand-overs, each of which leaves the GPU idle ~0.1 ms.
-//   Slices (period_ns > 0). A process that was admitted keeps being admitted until the debt
-//   reaches (1 - rate) * period_ns, then waits until it is back within admit_ahead_ns: the
-//   container runs share * period and rests the rest of each period. Only under a hard limit
-//   without a soft one (see Slicing()). The feedback is off: a sensor's average ripples with the
-//   slices, and the budget clock alone is exact for a saturating container.
+//   Runs (period_ns > 0, the default). Once the debt is paid (and the GPU's turn is free), every
+//   launch of the process, on any stream from any thread, is admitted for rate * period_ns of
+//   wall time (a run), then the process rests until the debt is paid again: it runs share *
+//   period and rests the rest of each period, and during a run its kernels overlap as they do
+//   natively. Gating launch by launch instead (period 0: bursts of admit_ahead_ns) serialises
+//   concurrent streams: each launch's charge holds back the others. Only under a hard limit
+//   without a soft one (see Running()). The feedback is off: a sensor's average ripples with
+//   the runs, and the budget clock alone is exact for a saturating container.
 //   Modes. Hard: target = hard limit. Soft: target = soft limit, entered once OthersBusy() has
 //   stayed below others_idle_ppm for soft_hold_ns, left as soon as it rises. Yield: a container of
 //   a higher priority bucket beat its heartbeat within heartbeat_expiry_ns; target = yield_ppm,
@@ -110,12 +113,15 @@ struct ControllerOptions {
                                                 // turn within turn_recent_ns
   int64_t turn_recent_ns = 200'000'000;
   int64_t max_turn_wait_ns = 20'000'000;        // a burst waits at most this long for others
-  // > 0: slices. Once admitted, work runs until the container owes (1 - share) * period_ns,
-  // then rests until the debt is paid: on ~share * period, off ~(1 - share) * period. Long
-  // slices let the GPU's power management see the container's load as it would natively (a
-  // power-capped workload then gains no clock boost from the rests); the price is latency.
-  // Hard limits only: not while yielding, not with a soft limit. 0: bursts of admit_ahead_ns.
-  int64_t period_ns = 0;
+  // > 0: runs. Once the debt is paid, every launch of the process (any stream, any thread) is
+  // admitted for share * period_ns of wall time, then it rests until the debt is paid again:
+  // its kernels overlap as they do natively during a run. Longer periods let the GPU's power
+  // management see the load as it would natively (a power-capped workload then gains no clock
+  // boost from the rests); the price is latency, up to (1 - share) * period per request.
+  // Hard limits only: not while yielding, not with a soft limit (those use bursts).
+  // 0: bursts of admit_ahead_ns, launch by launch (serialises a process's concurrent kernels).
+  int64_t period_ns = 50'000'000;
+  int64_t min_run_ns = 1'000'000;               // a run is at least this long
 };
 
 // What the controller currently does, for tests, logs and `vgpu top`.
@@ -181,8 +187,8 @@ class Controller {
   bool TakesTurns() const;
   uint64_t TurnToken(int64_t now);
   int64_t TurnDelayNs(int64_t now);
-  bool Slicing() const;
-  int64_t SliceDebtNs() const;
+  bool Running() const;
+  int64_t RunDelayNs(int64_t now, int64_t debt);
 
   ComputeShareState* const state_;
   PriorityBoard* const board_;
@@ -197,7 +203,7 @@ class Controller {
   std::atomic<int64_t> other_turn_ns_{0};  // last time another process held the turn
   std::atomic<int64_t> turn_wait_since_{0};  // start of the current wait for others, 0 = none
   std::atomic<int64_t> claimed_until_{0};  // this process's claim, ahead of the published one
-  std::atomic<bool> in_slice_{false};      // slices: admitted since the last rest
+  std::atomic<int64_t> run_end_ns_{0};     // runs: the current run admits every launch until then
 };
 
 }  // namespace vgpu::compute

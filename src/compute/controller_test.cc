@@ -32,6 +32,14 @@ ComputeLimits Limits(int hard, int soft = 0, int priority = 1) {
   return ComputeLimits::FromPercent(hard, soft, priority);
 }
 
+// Admission launch by launch (period 0): what most tests below exercise, the budget clock's core.
+// Runs (the default period) are tested with RunSaturating.
+ControllerOptions Bursts() {
+  ControllerOptions options;
+  options.period_ns = 0;
+  return options;
+}
+
 TEST(ComputeLimitsTest, FromPercentFollowsTheLedgerConventions) {
   EXPECT_EQ(Limits(30).hard_ppm, 300'000);
   EXPECT_EQ(Limits(0).hard_ppm, 0);     // 0 = unlimited
@@ -42,7 +50,7 @@ TEST(ComputeLimitsTest, FromPercentFollowsTheLedgerConventions) {
 
 TEST(ControllerTest, AllZeroStateAdmitsAtOnce) {
   ComputeShareState state{};
-  Controller c(&state, nullptr, nullptr, ControllerOptions(), Limits(30));
+  Controller c(&state, nullptr, nullptr, Bursts(), Limits(30));
   EXPECT_EQ(c.AdmitDelayNs(kStart), 0);
   EXPECT_EQ(state.rate_ppm.load(), 300'000u);  // the first update ran
   EXPECT_EQ(state.mode.load(), static_cast<uint32_t>(Mode::kHard));
@@ -50,7 +58,7 @@ TEST(ControllerTest, AllZeroStateAdmitsAtOnce) {
 
 TEST(ControllerTest, DebtIsBusyTimeDividedByTheShare) {
   ComputeShareState state{};
-  Controller c(&state, nullptr, nullptr, ControllerOptions(), Limits(25));
+  Controller c(&state, nullptr, nullptr, Bursts(), Limits(25));
   c.AdmitDelayNs(kStart);
   state.vclock_ns.store(kStart);  // no banked credit
   c.Charge(100 * kUs, kStart);  // 400 us of debt: within the 1 ms admission tolerance
@@ -63,7 +71,7 @@ TEST(ControllerTest, DebtIsBusyTimeDividedByTheShare) {
 
 TEST(ControllerTest, WaitsAreSlicedAndDebtIsBounded) {
   ComputeShareState state{};
-  ControllerOptions options;
+  ControllerOptions options = Bursts();
   Controller c(&state, nullptr, nullptr, options, Limits(10));
   c.AdmitDelayNs(kStart);
   c.Charge(10 * kSec, kStart);  // 100 s of debt at 10%
@@ -73,7 +81,7 @@ TEST(ControllerTest, WaitsAreSlicedAndDebtIsBounded) {
 
 TEST(ControllerTest, IdleTimeBanksOnlyBoundedCredit) {
   ComputeShareState state{};
-  ControllerOptions options;
+  ControllerOptions options = Bursts();
   Controller c(&state, nullptr, nullptr, options, Limits(30));
   c.AdmitDelayNs(kStart);
   c.Charge(1 * kMs, kStart);
@@ -88,7 +96,7 @@ TEST(ControllerTest, IdleTimeBanksOnlyBoundedCredit) {
 
 TEST(ControllerTest, UnlimitedNeverWaitsAndChargesNothing) {
   ComputeShareState state{};
-  Controller c(&state, nullptr, nullptr, ControllerOptions(), Limits(0));
+  Controller c(&state, nullptr, nullptr, Bursts(), Limits(0));
   c.AdmitDelayNs(kStart);
   c.Charge(10 * kSec, kStart);
   EXPECT_EQ(c.AdmitDelayNs(kStart), 0);
@@ -97,8 +105,8 @@ TEST(ControllerTest, UnlimitedNeverWaitsAndChargesNothing) {
 
 TEST(ControllerTest, ProcessesSharingTheStateShareOneBudget) {
   ComputeShareState state{};
-  Controller a(&state, nullptr, nullptr, ControllerOptions(), Limits(50));
-  Controller b(&state, nullptr, nullptr, ControllerOptions(), Limits(50));
+  Controller a(&state, nullptr, nullptr, Bursts(), Limits(50));
+  Controller b(&state, nullptr, nullptr, Bursts(), Limits(50));
   a.AdmitDelayNs(kStart);
   state.vclock_ns.store(kStart);  // no banked credit
   a.Charge(1 * kMs, kStart);
@@ -111,7 +119,7 @@ TEST(ControllerTest, OnlyOneUpdatePerPeriodAcrossProcesses) {
   ComputeShareState state{};
   FakeSignals signals;
   signals.others = 0;
-  ControllerOptions options;
+  ControllerOptions options = Bursts();
   options.signal_period_ns = 0;  // read signals at every update
   Controller a(&state, nullptr, &signals, options, Limits(30, 60));
   Controller b(&state, nullptr, &signals, options, Limits(30, 60));
@@ -125,7 +133,7 @@ TEST(ControllerTest, OnlyOneUpdatePerPeriodAcrossProcesses) {
 TEST(ControllerTest, SoftLimitNeedsOthersIdleForTheHoldTime) {
   ComputeShareState state{};
   FakeSignals signals;
-  ControllerOptions options;
+  ControllerOptions options = Bursts();
   Controller c(&state, nullptr, &signals, options, Limits(30, 80));
   signals.others = 0.0;
   int64_t t = kStart;
@@ -144,7 +152,7 @@ TEST(ControllerTest, UnknownOthersNeverAllowTheSoftLimit) {
   for (bool with_signals : {false, true}) {
     ComputeShareState state{};
     FakeSignals signals;  // others = -1: unknown
-    Controller c(&state, nullptr, with_signals ? &signals : nullptr, ControllerOptions(),
+    Controller c(&state, nullptr, with_signals ? &signals : nullptr, Bursts(),
                  Limits(30, 80));
     for (int64_t t = 0; t < 2 * kSec; t += 10 * kMs) c.AdmitDelayNs(kStart + t);
     EXPECT_EQ(c.Snapshot(kStart + 2 * kSec).mode, Mode::kHard);
@@ -154,7 +162,7 @@ TEST(ControllerTest, UnknownOthersNeverAllowTheSoftLimit) {
 TEST(ControllerTest, YieldsWhileAHigherPriorityHeartbeatIsFresh) {
   ComputeShareState low_state{}, high_state{}, peer_state{};
   PriorityBoard board{};
-  ControllerOptions options;
+  ControllerOptions options = Bursts();
   Controller low(&low_state, &board, nullptr, options, Limits(30, 0, 1));
   Controller peer(&peer_state, &board, nullptr, options, Limits(30, 0, 1));
   Controller high(&high_state, &board, nullptr, options, Limits(0, 0, 0));  // unlimited
@@ -180,7 +188,7 @@ TEST(ControllerTest, YieldsWhileAHigherPriorityHeartbeatIsFresh) {
 TEST(ControllerTest, HeartbeatsAreRateLimited) {
   ComputeShareState state{};
   PriorityBoard board{};
-  ControllerOptions options;
+  ControllerOptions options = Bursts();
   Controller c(&state, &board, nullptr, options, Limits(30, 0, 0));
   c.NoteActivity(kStart);
   EXPECT_EQ(board.heartbeat_ns[0].load(), kStart);
@@ -194,7 +202,7 @@ TEST(ControllerTest, HeartbeatsAreRateLimited) {
 TEST(ControllerTest, LeavingYieldRescalesTheDebtToTheNewShare) {
   ComputeShareState state{};
   PriorityBoard board{};
-  ControllerOptions options;
+  ControllerOptions options = Bursts();
   Controller c(&state, &board, nullptr, options, Limits(40, 0, 1));
   int64_t t = kStart;
   board.heartbeat_ns[0].store(t);
@@ -249,7 +257,7 @@ struct Plant {
 TEST(ControllerTest, ReferenceSignalCorrectsABiasedSensor) {
   ComputeShareState state{};
   FakeSignals signals;
-  Controller c(&state, nullptr, &signals, ControllerOptions(), Limits(30));
+  Controller c(&state, nullptr, &signals, Bursts(), Limits(30));
   Plant plant(&c, &signals, /*inflation=*/2.0);
   double early = plant.Run(kStart, kStart + 1 * kSec);
   EXPECT_LT(early, 0.25);  // the biased sensor alone gives ~15%
@@ -261,7 +269,7 @@ TEST(ControllerTest, ReferenceSignalCorrectsABiasedSensor) {
 
 TEST(ControllerTest, WithoutReferenceTheEventShareIsRegulated) {
   ComputeShareState state{};
-  Controller c(&state, nullptr, nullptr, ControllerOptions(), Limits(30));
+  Controller c(&state, nullptr, nullptr, Bursts(), Limits(30));
   Plant plant(&c, nullptr, /*inflation=*/1.0);
   plant.with_reference = false;
   plant.Run(kStart, kStart + 2 * kSec);
@@ -272,7 +280,7 @@ TEST(ControllerTest, WithoutReferenceTheEventShareIsRegulated) {
 TEST(ControllerTest, NoWindupWhileTheWorkloadWantsLessThanItsShare) {
   ComputeShareState state{};
   FakeSignals signals;
-  Controller c(&state, nullptr, &signals, ControllerOptions(), Limits(30));
+  Controller c(&state, nullptr, &signals, Bursts(), Limits(30));
   Plant plant(&c, &signals, 1.0, /*every=*/10);  // wants 10%
   EXPECT_NEAR(plant.Run(kStart, kStart + 5 * kSec), 0.10, 0.005);
   EXPECT_EQ(c.Snapshot(kStart + 5 * kSec).correction_ppm, 0);
@@ -286,7 +294,7 @@ TEST(ControllerTest, NoWindupWhileTheWorkloadWantsLessThanItsShare) {
 // budget clock alone is right and the correction must stay near zero.
 TEST(ControllerTest, NoWindupFromAStartupPhaseBelowTheShare) {
   ComputeShareState state{};
-  Controller c(&state, nullptr, nullptr, ControllerOptions(), Limits(60));
+  Controller c(&state, nullptr, nullptr, Bursts(), Limits(60));
   Plant plant(&c, nullptr, /*inflation=*/1.0, /*every=*/10);  // start-up: wants 10%
   plant.with_reference = false;
   plant.Run(kStart, kStart + 1 * kSec);
@@ -313,7 +321,7 @@ namespace {
 TEST(ControllerTest, WithoutReferenceTheRateStaysWithinTheHeadroomBound) {
   for (int target : {30, 90}) {
     ComputeShareState state{};
-    Controller c(&state, nullptr, nullptr, ControllerOptions(), Limits(target));
+    Controller c(&state, nullptr, nullptr, Bursts(), Limits(target));
     for (int64_t t = kStart; t < kStart + 6 * kSec; t += 100 * kUs) {
       if (c.AdmitDelayNs(t) != 0) continue;
       c.Charge(100 * kUs, t);
@@ -369,31 +377,61 @@ SliceTrace RunSaturating(Controller& c, int64_t warmup, int64_t end) {
 
 TEST(ControllerSliceTest, WithoutAPeriodBurstsAreShort) {
   ComputeShareState state{};
-  Controller c(&state, nullptr, nullptr, ControllerOptions(), Limits(30));
+  Controller c(&state, nullptr, nullptr, Bursts(), Limits(30));
   SliceTrace trace = RunSaturating(c, 1 * kSec, 5 * kSec);
   ASSERT_FALSE(trace.runs.empty());
   EXPECT_LE(*std::max_element(trace.runs.begin(), trace.runs.end()), 2 * kMs);
   EXPECT_NEAR(trace.share, 0.30, 0.01);
 }
 
-TEST(ControllerSliceTest, SlicesRunTheShareOfEachPeriodAndRestTheRest) {
-  for (int limit : {10, 30, 60, 90}) {
-    SCOPED_TRACE(limit);
-    ComputeShareState state{};
-    ControllerOptions options;
-    options.period_ns = 1 * kSec;
-    Controller c(&state, nullptr, nullptr, options, Limits(limit));
-    SliceTrace trace = RunSaturating(c, 2 * kSec, 12 * kSec);
-    ASSERT_GE(trace.runs.size(), 5u);
-    ASSERT_GE(trace.rests.size(), 5u);
-    // Within 1% of the period (the last 1 ms kernel of a run overshoots the slice's debt).
-    for (int64_t run : trace.runs) EXPECT_NEAR(run, limit * 10 * kMs, 10 * kMs);
-    for (int64_t rest : trace.rests) EXPECT_NEAR(rest, (100 - limit) * 10 * kMs, 10 * kMs);
-    EXPECT_NEAR(trace.share, limit / 100.0, 0.005);
+TEST(ControllerSliceTest, RunsTakeTheShareOfEachPeriodAndRestTheRest) {
+  for (int64_t period : {50 * kMs, 1 * kSec}) {
+    for (int limit : {10, 30, 60, 90}) {
+      SCOPED_TRACE(std::to_string(limit) + "% of " + std::to_string(period / kMs) + " ms");
+      ComputeShareState state{};
+      ControllerOptions options;
+      options.period_ns = period;
+      Controller c(&state, nullptr, nullptr, options, Limits(limit));
+      SliceTrace trace = RunSaturating(c, 2 * kSec, 12 * kSec);
+      ASSERT_GE(trace.runs.size(), 5u);
+      ASSERT_GE(trace.rests.size(), 5u);
+      // Within one 1 ms kernel (the last one of a run ends after the run's window), plus the
+      // debt admission tolerates (admit_ahead_ns) for the rests.
+      for (int64_t run : trace.runs) EXPECT_NEAR(run, period * limit / 100, 1 * kMs);
+      for (int64_t rest : trace.rests) EXPECT_NEAR(rest, period * (100 - limit) / 100, 4 * kMs);
+      EXPECT_NEAR(trace.share, limit / 100.0, 0.005);
+    }
   }
 }
 
-TEST(ControllerSliceTest, ASoftLimitTurnsSlicesOff) {
+TEST(ControllerSliceTest, ARunAdmitsEveryLaunchUntilItsEndWhateverTheirCharges) {
+  ComputeShareState state{};
+  Controller c(&state, nullptr, nullptr, ControllerOptions(), Limits(30));  // 50 ms: runs of 15 ms
+  int64_t t = kStart;
+  ASSERT_EQ(c.AdmitDelayNs(t), 0);
+  state.vclock_ns.store(t);  // no banked credit
+  // Eight streams' kernels, 1 ms each, charged at submission: 8 ms of busy time, 27 ms of debt.
+  // Launch by launch the second one would wait; in a run all go.
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_EQ(c.AdmitDelayNs(t), 0) << i;
+    c.Charge(1 * kMs, t);
+  }
+  t += 14 * kMs;
+  EXPECT_EQ(c.AdmitDelayNs(t), 0);  // still in the run
+  t += 2 * kMs;
+  EXPECT_GT(c.AdmitDelayNs(t), 0);  // the run is over: rest until the debt is paid
+}
+
+TEST(ControllerSliceTest, ARunEndsEarlyWhenOneLaunchOwesFarMore) {
+  ComputeShareState state{};
+  Controller c(&state, nullptr, nullptr, ControllerOptions(), Limits(30));
+  ASSERT_EQ(c.AdmitDelayNs(kStart), 0);
+  state.vclock_ns.store(kStart);  // no banked credit
+  c.Charge(200 * kMs, kStart);  // a 200 ms graph: 667 ms of debt
+  EXPECT_GT(c.AdmitDelayNs(kStart + 1 * kMs), 0);
+}
+
+TEST(ControllerSliceTest, ASoftLimitTurnsRunsOff) {
   ComputeShareState state{};
   ControllerOptions options;
   options.period_ns = 1 * kSec;
@@ -403,7 +441,7 @@ TEST(ControllerSliceTest, ASoftLimitTurnsSlicesOff) {
   EXPECT_LE(*std::max_element(trace.runs.begin(), trace.runs.end()), 2 * kMs);
 }
 
-TEST(ControllerSliceTest, AYieldEndsASliceAtOnce) {
+TEST(ControllerSliceTest, AYieldEndsARunAtOnce) {
   ComputeShareState state{};
   PriorityBoard board{};
   ControllerOptions options;
@@ -412,8 +450,8 @@ TEST(ControllerSliceTest, AYieldEndsASliceAtOnce) {
   int64_t t = kStart;
   c.AdmitDelayNs(t);
   state.vclock_ns.store(t);
-  c.Charge(100 * kMs, t);  // 333 ms of debt: well inside a slice (700 ms)
-  t += 100 * kMs;
+  c.Charge(10 * kMs, t);  // 33 ms of debt: well inside a run of 300 ms (ceiling 5.6 s)
+  t += 10 * kMs;
   ASSERT_EQ(c.AdmitDelayNs(t), 0);
   board.heartbeat_ns[0].store(t);  // a high-priority container starts
   t += options.update_period_ns;
@@ -428,7 +466,7 @@ struct TurnPair {
   GpuTurn turn{};
   Controller a;
   Controller b;
-  explicit TurnPair(const ControllerOptions& options = ControllerOptions(), int limit_b = 60)
+  explicit TurnPair(const ControllerOptions& options = Bursts(), int limit_b = 60)
       : a(&state_a, nullptr, nullptr, options, Limits(30), &turn),
         b(&state_b, nullptr, nullptr, options, Limits(limit_b), &turn) {
     a.AdmitDelayNs(kStart);
@@ -475,7 +513,7 @@ TEST(ControllerTurnTest, AHolderThatFinishedEarlyReleasesItsTurn) {
 }
 
 TEST(ControllerTurnTest, TheWaitForOthersIsBounded) {
-  ControllerOptions options;
+  ControllerOptions options = Bursts();
   TurnPair p(options);
   // b waits at most max_turn_wait_ns, then goes, and claims the turn itself.
   int64_t now = 0;
@@ -485,7 +523,7 @@ TEST(ControllerTurnTest, TheWaitForOthersIsBounded) {
   EXPECT_EQ(p.turn.until_ns.load(), kStart + 10 * kSec + 100 * kUs);  // queued behind the claim
 }
 
-TEST(ControllerTurnTest, WithSlicesTheWaitForOthersLastsUpToAPeriod) {
+TEST(ControllerTurnTest, WithRunsTheWaitForOthersLastsUpToAPeriod) {
   ControllerOptions options;
   options.period_ns = 500 * kMs;  // a neighbour's run lasts up to its share of a period
   TurnPair p(options);
@@ -494,7 +532,7 @@ TEST(ControllerTurnTest, WithSlicesTheWaitForOthersLastsUpToAPeriod) {
 }
 
 TEST(ControllerTurnTest, BurstsAreLongerWhileOthersTakeTurns) {
-  ControllerOptions options;
+  ControllerOptions options = Bursts();
   TurnPair p(options);
   p.state_b.vclock_ns.store(kStart + 4 * kMs);  // 4 ms of debt: over admit_ahead (2 ms)
   EXPECT_EQ(p.b.AdmitDelayNs(kStart), 4 * kMs);
@@ -510,12 +548,12 @@ TEST(ControllerTurnTest, BurstsAreLongerWhileOthersTakeTurns) {
 }
 
 TEST(ControllerTurnTest, UnlimitedOrOptedOutProcessesNeitherWaitNorClaim) {
-  TurnPair unlimited(ControllerOptions(), /*limit_b=*/0);
+  TurnPair unlimited(Bursts(), /*limit_b=*/0);
   unlimited.a.ClaimTurn(5 * kMs, kStart);
   EXPECT_EQ(unlimited.b.AdmitDelayNs(kStart + 1 * kMs), 0);
   unlimited.b.ClaimTurn(5 * kMs, kStart + 1 * kMs);
   EXPECT_EQ(unlimited.turn.until_ns.load(), kStart + 5 * kMs);  // b's launch did not claim
-  ControllerOptions off;
+  ControllerOptions off = Bursts();
   off.take_turns = false;
   TurnPair opted_out(off);
   opted_out.a.ClaimTurn(5 * kMs, kStart);

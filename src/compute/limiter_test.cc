@@ -38,7 +38,13 @@ struct Rig {
   sim::SimGpu gpu;
   sim::SimEventOps ops;
   ComputeShareState state{};
-  Controller controller{&state, nullptr, nullptr, ControllerOptions(), ComputeLimits::FromPercent(25, 0, 1)};
+  // Launch by launch (period 0): these tests follow single launches through the loop.
+  static ControllerOptions Bursts() {
+    ControllerOptions options;
+    options.period_ns = 0;
+    return options;
+  }
+  Controller controller{&state, nullptr, nullptr, Bursts(), ComputeLimits::FromPercent(25, 0, 1)};
   BusyTracker tracker{&ops, BusyTrackerOptions()};
   ComputeLimiter limiter{&controller, &tracker};
   FakeTime time{&gpu};

@@ -113,7 +113,7 @@ void Simulation::AddThread(int process, const WorkloadSpec& workload) {
 void Simulation::StepLaunch(Thread& th, int64_t t) {
   Process& p = *th.process;
   const WorkloadSpec& w = th.spec;
-  int stream = th.streams[static_cast<size_t>(th.launches) % th.streams.size()];
+  int stream = th.streams[static_cast<size_t>(th.launches / std::max(w.batch, 1)) % th.streams.size()];
   if (gpu_.PendingCommands(stream) >= w.max_queue) {
     th.wait = Thread::Wait::kQueue;
     th.queue_stream = stream;
@@ -139,9 +139,9 @@ void Simulation::StepLaunch(Thread& th, int64_t t) {
   if (w.graph_kernels > 0) {
     std::vector<int64_t> kernels;
     for (int i = 0; i < w.graph_kernels; ++i) kernels.push_back(pick());
-    gpu_.LaunchGraph(stream, cursor, kernels);
+    gpu_.LaunchGraph(stream, cursor, kernels, w.width);
   } else {
-    gpu_.Launch(stream, cursor, pick());
+    gpu_.Launch(stream, cursor, pick(), w.width);
   }
   cursor += costs_.launch_ns;
   if (limited) p.limiter->AfterLaunch(ticket, true, cursor);
@@ -230,6 +230,12 @@ double Simulation::ContainerShare(int container, int64_t from, int64_t to) const
   int64_t busy = 0;
   for (int ctx : containers_[container]->contexts) busy += gpu_.ContextBusyNs(ctx, from, to);
   return to > from ? static_cast<double>(busy) / static_cast<double>(to - from) : 0;
+}
+
+int64_t Simulation::ContainerWorkNs(int container, int64_t from, int64_t to) const {
+  int64_t work = 0;
+  for (int ctx : containers_[container]->contexts) work += gpu_.ContextWorkNs(ctx, from, to);
+  return work;
 }
 
 double Simulation::DeviceShare(int64_t from, int64_t to) const {

@@ -39,7 +39,9 @@ struct WorkloadSpec {
   bool shuffle = false;
   uint64_t seed = 1;
   int graph_kernels = 0;        // > 0: every launch is a graph of this many kernels
+  double width = 0;             // fraction of the SMs each kernel occupies (SimGpu; 0: unbounded)
   int streams = 1;              // launches go round-robin over this many streams of the process
+  int batch = 1;                // ... this many launches on one stream before the next
   int sync_every = 0;           // synchronise every N launches (0: never)
   int64_t think_ns = 0;         // host time between launches
   int64_t think_after_sync_ns = 0;
@@ -73,6 +75,9 @@ class Simulation {
 
   // Ground truth: fraction of [from, to) during which the container's kernels ran.
   double ContainerShare(int container, int64_t from, int64_t to) const;
+  // Ground truth: kernel time the container's kernels did over [from, to), summed over the
+  // kernels running at once (its throughput, whatever its concurrency).
+  int64_t ContainerWorkNs(int container, int64_t from, int64_t to) const;
   double DeviceShare(int64_t from, int64_t to) const;
   ControllerSnapshot Snapshot(int container) const;
   TrackerStats Stats(int process) const;

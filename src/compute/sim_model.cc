@@ -9,6 +9,7 @@ SimGpu::SimGpu(const SimGpuParams& params) : params_(params) {}
 int SimGpu::AddContext() {
   contexts_.emplace_back();
   context_busy_.emplace_back();
+  context_work_.emplace_back();
   return static_cast<int>(contexts_.size()) - 1;
 }
 
@@ -19,14 +20,14 @@ int SimGpu::AddStream(int context) {
   return id;
 }
 
-void SimGpu::Launch(int stream, int64_t host_ns, int64_t duration_ns) {
+void SimGpu::Launch(int stream, int64_t host_ns, int64_t duration_ns, double width) {
   int64_t visible = std::max(host_ns + params_.submit_latency_ns, now_);
   int64_t gpu_time = std::max<int64_t>(duration_ns, 0) + params_.kernel_overhead_ns;
-  streams_[stream].queue.push_back(Command{false, visible, gpu_time, 0, 0});
+  streams_[stream].queue.push_back(Command{false, visible, gpu_time, 0, 0, std::clamp(width, 0.0, 1.0)});
 }
 
-void SimGpu::LaunchGraph(int stream, int64_t host_ns, const std::vector<int64_t>& kernels) {
-  for (int64_t k : kernels) Launch(stream, host_ns, k);
+void SimGpu::LaunchGraph(int stream, int64_t host_ns, const std::vector<int64_t>& kernels, double width) {
+  for (int64_t k : kernels) Launch(stream, host_ns, k, width);
 }
 
 EventId SimGpu::CreateEvent(int context) {
@@ -84,12 +85,43 @@ bool SimGpu::ContextReady(int context) const {
   return false;
 }
 
+bool SimGpu::HeadRunning(const Stream& s) const {
+  return HeadRunnable(s) && !s.queue.front().is_event && s.queue.front().started;
+}
+
 bool SimGpu::ContextRunsKernel(int context) const {
   for (int id : contexts_[context].streams) {
-    const Stream& s = streams_[id];
-    if (HeadRunnable(s) && !s.queue.front().is_event) return true;
+    if (HeadRunning(streams_[id])) return true;
   }
   return false;
+}
+
+// Starts the active context's waiting kernel heads that the SMs have room for, in the order they
+// became visible (a head that does not fit holds back the later ones). Returns whether any started.
+bool SimGpu::StartHeads() {
+  if (active_ < 0 || now_ < switch_until_) return false;
+  double used = 0;
+  std::vector<Command*> waiting;
+  for (int id : contexts_[active_].streams) {
+    Stream& s = streams_[id];
+    if (!HeadRunnable(s) || s.queue.front().is_event) continue;
+    Command& head = s.queue.front();
+    if (head.started) {
+      used += head.width;
+    } else {
+      waiting.push_back(&head);
+    }
+  }
+  std::stable_sort(waiting.begin(), waiting.end(),
+                   [](const Command* a, const Command* b) { return a->visible_ns < b->visible_ns; });
+  bool started = false;
+  for (Command* head : waiting) {
+    if (head->width > 0 && used + head->width > 1.0 + 1e-9) break;
+    head->started = true;
+    used += head->width;
+    started = true;
+  }
+  return started;
 }
 
 // Completes what the active context can complete right now. Returns whether anything changed.
@@ -143,6 +175,7 @@ void SimGpu::Settle() {
     bool changed = SettleActive();
     int before = active_;
     ChooseContext();
+    changed = StartHeads() || changed;
     if (!changed && before == active_) return;
   }
 }
@@ -155,7 +188,7 @@ int64_t SimGpu::NextChangeNs() const {
     const Command& head = s.queue.front();
     if (head.visible_ns > now_) {
       next = std::min(next, head.visible_ns);
-    } else if (s.context == active_ && !head.is_event) {
+    } else if (s.context == active_ && !head.is_event && head.started) {
       next = std::min(next, now_ + head.remaining_ns);
     } else if (s.context != active_) {
       others_waiting = true;
@@ -175,7 +208,10 @@ void SimGpu::Progress(int64_t dt) {
     AddBusy(&device_busy_, now_, now_ + dt);
     for (int id : contexts_[active_].streams) {
       Stream& s = streams_[id];
-      if (HeadRunnable(s) && !s.queue.front().is_event) s.queue.front().remaining_ns -= dt;
+      if (HeadRunning(s)) {
+        s.queue.front().remaining_ns -= dt;
+        AddBusy(&context_work_[active_], now_, now_ + dt);
+      }
     }
   }
   now_ += dt;
@@ -218,6 +254,10 @@ int64_t SimGpu::ContextBusyNs(int context, int64_t from, int64_t to) const {
 
 int64_t SimGpu::DeviceBusyNs(int64_t from, int64_t to) const {
   return SumBuckets(device_busy_, params_.bucket_ns, from, to);
+}
+
+int64_t SimGpu::ContextWorkNs(int context, int64_t from, int64_t to) const {
+  return SumBuckets(context_work_[context], params_.bucket_ns, from, to);
 }
 
 // --- GpuEventOps ---------------------------------------------------------------------------

@@ -6,7 +6,12 @@
 //     host submits it; it starts when it is at the head of its stream and visible.
 //   - A kernel occupies the GPU for its duration plus kernel_overhead_ns.
 //   - Within a context, the heads of all its streams run concurrently (a kernel's duration is its
-//     exclusive run time; concurrent kernels do not slow each other).
+//     exclusive run time; concurrent kernels do not slow each other), as far as the SMs hold
+//     them: a kernel has a width, the fraction of the GPU's SM resources it occupies while it
+//     runs (1/8 for a spin kernel of one 256-thread block per SM on an H200, 1 for a matmul that
+//     fills the GPU; 0: unbounded). A head starts when the widths of the running kernels leave
+//     room for it, in the order the heads became visible; once started it runs to completion
+//     (preempted only by a context switch).
 //   - Contexts time-slice: one is active at a time. The GPU switches when the active context has
 //     nothing runnable, or after timeslice_ns while another context has work. A switched-out
 //     context's kernels are preempted and resume later; its events also wait (an event is
@@ -16,7 +21,8 @@
 //     finished) and its context is active; its timestamp is quantised to event_resolution_ns.
 //     Re-recording an event re-arms it (cuEventRecord semantics).
 //   - Ground truth: per context and for the device, the time during which at least one kernel ran,
-//     accumulated in buckets of bucket_ns.
+//     accumulated in buckets of bucket_ns; and per context the work done: kernel time summed over
+//     the kernels running at once (the throughput a limit must cut, whatever the concurrency).
 //
 // Time only moves forward through AdvanceTo(); NextChangeNs() tells the driver loop when the GPU
 // state changes next. Not thread-safe (the simulation is single-threaded).
@@ -55,9 +61,10 @@ class SimGpu {
   int AddContext();
   int AddStream(int context);  // stream ids are global
 
-  // Enqueues kernels at host time `host_ns` (a graph launch is several kernels in a row).
-  void Launch(int stream, int64_t host_ns, int64_t duration_ns);
-  void LaunchGraph(int stream, int64_t host_ns, const std::vector<int64_t>& kernels);
+  // Enqueues kernels at host time `host_ns` (a graph launch is several kernels in a row; a graph
+  // with branches is several streams' worth, see the harness). `width`: see above.
+  void Launch(int stream, int64_t host_ns, int64_t duration_ns, double width = 0);
+  void LaunchGraph(int stream, int64_t host_ns, const std::vector<int64_t>& kernels, double width = 0);
 
   EventId CreateEvent(int context);
   bool RecordEvent(EventId event, int stream, int64_t host_ns);
@@ -76,6 +83,8 @@ class SimGpu {
   // Ground truth over [from, to) (bucket-aligned for exact results).
   int64_t ContextBusyNs(int context, int64_t from, int64_t to) const;
   int64_t DeviceBusyNs(int64_t from, int64_t to) const;
+  // Kernel time done by the context's kernels over [from, to), summed over concurrent kernels.
+  int64_t ContextWorkNs(int context, int64_t from, int64_t to) const;
 
  private:
   struct Command {
@@ -84,6 +93,8 @@ class SimGpu {
     int64_t remaining_ns;     // kernels
     EventId event;            // events
     uint64_t generation;      // events: which record of the event this is
+    double width = 0;         // kernels: fraction of the SMs it occupies (0: unbounded)
+    bool started = false;     // kernels: holds its SMs and progresses while its context runs
   };
   struct Stream {
     int context;
@@ -101,6 +112,8 @@ class SimGpu {
   };
 
   bool HeadRunnable(const Stream& s) const;
+  bool HeadRunning(const Stream& s) const;
+  bool StartHeads();
   bool ContextReady(int context) const;
   bool ContextRunsKernel(int context) const;
   bool SettleActive();
@@ -121,6 +134,7 @@ class SimGpu {
   std::vector<Context> contexts_;
   std::vector<Event> events_;
   std::vector<std::vector<int64_t>> context_busy_;
+  std::vector<std::vector<int64_t>> context_work_;
   std::vector<int64_t> device_busy_;
 };
 

@@ -67,7 +67,7 @@ struct Registry {
 // Constant after InitForCuInit (set before g_compute_enabled is published).
 bool g_priorities = false;            // CUDA_TASK_PRIORITY given: unlimited devices get a limiter too
 bool g_turns = true;                  // VGPU_COMPUTE_TURNS
-int64_t g_period_ns = 0;              // VGPU_COMPUTE_PERIOD (0: no slices)
+int64_t g_period_ns = 0;              // VGPU_COMPUTE_PERIOD (0: bursts; set from the config)
 ledger::Board* g_board = nullptr;     // the node-wide board, or nullptr (priorities then inactive)
 
 alignas(Registry) unsigned char g_registry_storage[sizeof(Registry)];
@@ -136,7 +136,7 @@ DeviceLimiter* CreateLocked(Registry& r, int device, CUcontext ctx) {
   auto* created = new (std::nothrow) DeviceLimiter(device, ledger->ComputeState(device), LimitsOf(*ledger, device),
                                                    ctx, uuid, board, turn, options);
   if (created == nullptr) return nullptr;
-  VGPU_INFO("compute limit %d%% (soft %d%%, priority %d, slices of %lld ms) on ledger device %d (%s)",
+  VGPU_INFO("compute limit %d%% (soft %d%%, priority %d, runs of share x %lld ms) on ledger device %d (%s)",
             ledger->SmLimit(device), ledger->SmSoftLimit(device), ledger->TaskPriority(),
             static_cast<long long>(g_period_ns / 1'000'000), device, uuid.c_str());
   r.limiters[device].store(created, std::memory_order_release);
