@@ -269,6 +269,11 @@ bool Reserve(int device, uint64_t bytes, bool log_refusal) {
   return false;
 }
 
+bool ReserveIntoHeadroom(int device, uint64_t bytes) {
+  State& s = S();
+  return s.ledger->TryReserve(s.slot.load(std::memory_order_relaxed), device, bytes, /*keep_free=*/0);
+}
+
 void Release(int device, uint64_t bytes) {
   State& s = S();
   s.ledger->Release(s.slot.load(std::memory_order_relaxed), device, bytes);

@@ -41,6 +41,10 @@ int DeviceForOrdinal(int ordinal);
 // Charges `bytes` on `device`; false = over the limit less the headroom (a refusal was counted,
 // and logged at info level when `log_refusal`; a caller that spills instead logs what it does).
 bool Reserve(int device, uint64_t bytes, bool log_refusal = true);
+// Charges memory the driver has already added beyond what was asked (a pool that grew past its
+// block): up to the limit itself, into the headroom, which exists for such memory. false when
+// even the limit cannot hold it.
+bool ReserveIntoHeadroom(int device, uint64_t bytes);
 
 // What an allocation of `bytes` really takes on `device`, which is what it is charged. Above
 // half the allocation granularity the driver rounds up to the granularity (2 MiB on an H200:

@@ -138,7 +138,9 @@ CUresult AllocateFromPool(CUmemoryPool pool, int device, CUdeviceptr* dptr, size
   if (growth <= headroom) {
     Release(charge.device, headroom - growth);
     charge.charged += growth;
-  } else if (Reserve(charge.device, growth - headroom)) {
+  } else if (ReserveIntoHeadroom(charge.device, growth - headroom)) {
+    // The pool grew past the block (its own granularity, or the driver's pool memory): that is
+    // memory the driver added beyond the request, what the headroom is kept for.
     charge.charged += growth;
   } else {
     charge.charged += headroom;
