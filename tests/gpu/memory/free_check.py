@@ -101,6 +101,13 @@ class Torch:
     def release_caches(self):
         self.torch.cuda.synchronize()
         self.torch.cuda.empty_cache()
+        if "cudaMallocAsync" in os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""):
+            # The backend allocates from the device's default pool, whose unused reserve counts as
+            # used (natively too); give it back, as an engine sizing itself would.
+            cu = ctypes.CDLL("libcuda.so.1")
+            pool = ctypes.c_void_p()
+            if cu.cuDeviceGetDefaultMemPool(ctypes.byref(pool), 0) != 0 or cu.cuMemPoolTrimTo(pool, ctypes.c_size_t(0)) != 0:
+                raise RuntimeError("cannot trim the default memory pool")
 
     def mem_info(self):
         return self.torch.cuda.mem_get_info()
