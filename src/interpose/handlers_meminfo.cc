@@ -33,8 +33,8 @@ View Limited(int device, uint64_t physical_total, uint64_t physical_free) {
   if (limit == 0) return {physical_total, physical_free, physical_total - std::min(physical_free, physical_total), 0};
   const uint64_t total = std::min(limit, physical_total);
   const uint64_t used = std::min(memory::Used(device), total);
-  // Kept back by admission: the headroom (a pool's growth past its block is charged into it).
-  const uint64_t headroom = std::min(memory::Headroom(device), total - used);
+  // Kept back by admission: the headroom, and what a stream-ordered allocation reserves ahead.
+  const uint64_t headroom = std::min(memory::Headroom(device) + memory::PoolReserveAhead(device), total - used);
   const uint64_t free = std::min(physical_free, total - used - headroom);
   return {total, free, used, headroom};
 }

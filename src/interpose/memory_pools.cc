@@ -204,6 +204,19 @@ bool RefreshAllPools() {
   return RefreshAllPoolsLocked();
 }
 
+uint64_t PoolReserveAhead(int device) {
+  auto largest = [device] {
+    uint64_t extra = 0;
+    for (const auto& [pool, charge] : Pools()) {
+      if (charge.device == device) extra = std::max(extra, charge.learned_extra);
+    }
+    return extra;
+  };
+  if (t_holding_pools) return largest();
+  PoolsLock lock;
+  return largest();
+}
+
 }  // namespace vgpu::memory
 
 namespace vgpu::hooks {

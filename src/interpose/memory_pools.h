@@ -20,5 +20,10 @@ namespace vgpu::memory {
 void RefreshPool(CUmemoryPool pool);
 // Refreshes every known pool; returns true if any charge went down.
 bool RefreshAllPools();
+// What a stream-ordered allocation on ledger device `device` reserves beyond its own size: the
+// largest extra growth a pool of this process has shown there (a pool's first block also brings
+// the driver's own pool memory). The free figure leaves it out, so a stream-ordered allocation of
+// what is reported free fits.
+uint64_t PoolReserveAhead(int device);
 
 }  // namespace vgpu::memory

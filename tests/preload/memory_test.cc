@@ -106,7 +106,10 @@ TEST_P(MemoryPoolGrowthTest, GrowthLargerThanTheRequestIsWhatCounts) {
   EXPECT_LE(obs.HoldUsed("round1", 0), limit);
   EXPECT_LE(obs.Peak(0), limit + step);
   EXPECT_EQ(t.U64("round2_count"), t.U64("round1_count"));
-  EXPECT_EQ(t.U64("free_final"), t.U64("free_initial"));
+  // Once the pool showed growth beyond its blocks, the free figure keeps that much back (a
+  // stream-ordered allocation of what is reported free must fit), at most one step.
+  EXPECT_LE(t.U64("free_final"), t.U64("free_initial"));
+  EXPECT_GE(t.U64("free_final"), t.U64("free_initial") - step);
 }
 
 INSTANTIATE_TEST_SUITE_P(Pools, MemoryPoolGrowthTest, ::testing::Values("async", "pool"));
