@@ -141,7 +141,9 @@ std::string ProcessTable(const Snapshot& snapshot) {
   std::vector<std::vector<std::string>> rows = {header};
   for (const ProcessUsage& process : snapshot.processes) {
     std::vector<std::string> row = {std::to_string(process.pid), std::to_string(process.host_pid),
-                                    process.alive ? "running" : "exited (not yet reclaimed)"};
+                                    process.alive      ? "running"
+                                    : process.draining ? "exited (its memory still held by the driver)"
+                                                       : "exited (not yet reclaimed)"};
     for (const DeviceUsage& device : snapshot.devices) {
       row.push_back(Cell(process.charged[device.index], process.overhead[device.index], process.spilled[device.index]));
     }
@@ -171,7 +173,8 @@ void JsonProcesses(const Snapshot& snapshot, std::ostringstream& json) {
   for (size_t i = 0; i < snapshot.processes.size(); ++i) {
     const ProcessUsage& p = snapshot.processes[i];
     json << (i ? ", " : "") << "{\"pid\": " << p.pid << ", \"host_pid\": " << p.host_pid
-         << ", \"start_time\": " << p.start_time << ", \"alive\": " << (p.alive ? "true" : "false") << ", \"devices\": [";
+         << ", \"start_time\": " << p.start_time << ", \"alive\": " << (p.alive ? "true" : "false")
+         << ", \"draining\": " << (p.draining ? "true" : "false") << ", \"devices\": [";
     for (size_t j = 0; j < snapshot.devices.size(); ++j) {
       const int index = snapshot.devices[j].index;
       json << (j ? ", " : "") << "{\"index\": " << index << ", \"charged\": " << p.charged[index]

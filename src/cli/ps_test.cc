@@ -85,6 +85,18 @@ TEST(PsFormatTest, TableShowsLimitsDevicesAndProcesses) {
   EXPECT_EQ(FormatPsTable({}), "");
 }
 
+// A dead process whose memory the driver still holds (its slot drains, docs/ledger.md) is told
+// apart from one the next scan will reclaim.
+TEST(PsFormatTest, ADrainingProcessSaysItsMemoryIsStillHeld) {
+  PsEntry entry = MadeUp();
+  entry.snapshot.processes[1].draining = true;
+  EXPECT_NE(FormatPsTable({entry}).find("  1240  1240      exited (its memory still held by the driver)  "),
+            std::string::npos)
+      << FormatPsTable({entry});
+  EXPECT_NE(FormatPsJson({entry}).find("\"pid\": 1240, \"host_pid\": 1240, \"start_time\": 0, \"alive\": false, \"draining\": true"),
+            std::string::npos);
+}
+
 TEST(PsFormatTest, JsonHasEveryFieldAndEscapes) {
   PsEntry broken;
   broken.path = "/tmp/we\"ird\\path\n/ledger";
@@ -104,10 +116,10 @@ TEST(PsFormatTest, JsonHasEveryFieldAndEscapes) {
       "\"peak\": 2097152, \"oom_refusals\": 0, \"sm_limit\": 0, \"sm_soft_limit\": 0, "
       "\"share_ppm\": 0, \"busy_ns\": 0, \"throttled_ns\": 0, \"host_limit\": 0, \"spilled\": 0, "
       "\"spill_peak\": 0, \"spill_refusals\": 0}], \"processes\": ["
-      "{\"pid\": 1234, \"host_pid\": 99, \"start_time\": 0, \"alive\": true, \"devices\": ["
+      "{\"pid\": 1234, \"host_pid\": 99, \"start_time\": 0, \"alive\": true, \"draining\": false, \"devices\": ["
       "{\"index\": 0, \"charged\": 1073741824, \"overhead\": 314572800, \"spilled\": 0}, "
       "{\"index\": 1, \"charged\": 0, \"overhead\": 0, \"spilled\": 0}]}, "
-      "{\"pid\": 1240, \"host_pid\": 1240, \"start_time\": 0, \"alive\": false, \"devices\": ["
+      "{\"pid\": 1240, \"host_pid\": 1240, \"start_time\": 0, \"alive\": false, \"draining\": false, \"devices\": ["
       "{\"index\": 0, \"charged\": 247463936, \"overhead\": 0, \"spilled\": 0}, "
       "{\"index\": 1, \"charged\": 2097152, \"overhead\": 0, \"spilled\": 0}]}]},\n"
       "  {\"path\": \"/tmp/we\\\"ird\\\\path\\u000a/ledger\", \"ok\": false, \"error\": \"bad\\u0009thing\"}\n"
