@@ -184,14 +184,6 @@ bool ParseArgs(int argc, char** argv, Options* o) {
   return true;
 }
 
-double ReadGo(const std::string& path) {
-  FILE* f = fopen(path.c_str(), "r");
-  if (!f) return -1;
-  double t = -1;
-  if (fscanf(f, "%lf", &t) != 1) t = -1;
-  fclose(f);
-  return t;
-}
 
 // Waits out the warm-up, then the barrier (if any); returns the start time of the window.
 double WaitForStart(const Options& o, double warm_end) {
@@ -205,7 +197,7 @@ double WaitForStart(const Options& o, double warm_end) {
   }
   fclose(f);
   for (;;) {
-    const double go = ReadGo(o.barrier_dir + "/go");
+    const double go = ReadGoTime((o.barrier_dir + "/go").c_str());
     if (go >= 0) {
       while (Monotonic() < go) usleep(200);
       return Monotonic();

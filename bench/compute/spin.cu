@@ -107,14 +107,6 @@ static void Calibrate(Gpu& g, double target_us, long long* cycles_out, double* d
 
 static bool FileExists(const std::string& path) { return access(path.c_str(), F_OK) == 0; }
 
-static double ReadGo(const std::string& path) {
-  FILE* f = fopen(path.c_str(), "r");
-  if (!f) return -1;
-  double t = -1;
-  if (fscanf(f, "%lf", &t) != 1) t = -1;
-  fclose(f);
-  return t;
-}
 
 static int Run(int argc, char** argv) {
   if (argc < 6) {
@@ -184,7 +176,7 @@ static int Run(int argc, char** argv) {
       fclose(f);
       ready_written = true;
     }
-    if (go_at < 0 && FileExists(barrier_dir + "/go")) go_at = ReadGo(barrier_dir + "/go");
+    if (go_at < 0 && FileExists(barrier_dir + "/go")) go_at = ReadGoTime((barrier_dir + "/go").c_str());
     if (go_at >= 0 && now >= go_at) break;
     if (now > warm_end + 120) {
       fprintf(stderr, "spin: barrier timeout\n");

@@ -27,6 +27,17 @@ __global__ void SpinKernel(long long cycles, unsigned long long* sink) {
   if (threadIdx.x == 0 && now == 0) sink[blockIdx.x] = static_cast<unsigned long long>(now);  // never
 }
 
+// The start time a barrier's "go" file holds (CLOCK_MONOTONIC seconds), or -1 while it is absent
+// or unreadable.
+static inline double ReadGoTime(const char* path) {
+  FILE* f = fopen(path, "r");
+  if (!f) return -1;
+  double t = -1;
+  if (fscanf(f, "%lf", &t) != 1) t = -1;
+  fclose(f);
+  return t;
+}
+
 static inline double Monotonic() {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

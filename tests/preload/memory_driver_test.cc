@@ -31,15 +31,11 @@ TEST_F(MemoryDriverTest, AContextThatDoesNotFitIsRefusedBeforeItExists) {
   const uint64_t limit = 1 * kGiB;
   StartObserver();
   const Env env = VgpuEnv(Limit(limit));
-  const std::string ready = dir_ + "/holder.pid";
   RunResult holder;
-  std::thread holder_thread([&] { holder = Run({"memory_procs", "hold", "960", "64", ready}, env); });
-  const int64_t deadline = NowMs() + 10'000;
-  while (!std::filesystem::exists(ready) && NowMs() < deadline) SleepMs(2);
-  ASSERT_TRUE(std::filesystem::exists(ready)) << Describe(holder);
+  std::thread holder_thread;
+  const pid_t pid = StartHolder(960, 64, env, &holder_thread, &holder);
+  ASSERT_GT(pid, 0) << Describe(holder);
   const RunResult newcomer = Run({"memory_info", "report"}, env);
-  pid_t pid = 0;
-  std::ifstream(ready) >> pid;
   kill(pid, SIGKILL);
   holder_thread.join();
   const Observation obs = StopObserver();
@@ -56,14 +52,10 @@ TEST_F(MemoryDriverTest, AKilledProcessStaysChargedUntilTheDriverLetsItGo) {
   const uint64_t limit = 1 * kGiB;
   StartObserver();
   const Env env = VgpuEnv(Limit(limit));
-  const std::string ready = dir_ + "/holder.pid";
   RunResult holder;
-  std::thread holder_thread([&] { holder = Run({"memory_procs", "hold", "768", "64", ready}, env); });
-  const int64_t deadline = NowMs() + 10'000;
-  while (!std::filesystem::exists(ready) && NowMs() < deadline) SleepMs(2);
-  ASSERT_TRUE(std::filesystem::exists(ready)) << Describe(holder);
-  pid_t pid = 0;
-  std::ifstream(ready) >> pid;
+  std::thread holder_thread;
+  const pid_t pid = StartHolder(768, 64, env, &holder_thread, &holder);
+  ASSERT_GT(pid, 0) << Describe(holder);
   ASSERT_EQ(kill(pid, SIGKILL), 0);
   holder_thread.join();
   const RunResult after = Run({"memory_procs", "reclaim", "768", "3000"}, env);
@@ -87,15 +79,24 @@ TEST_F(MemoryDriverTest, AllocationsAreChargedWhatTheDriverRoundsThemTo) {
   EXPECT_LE(obs.Peak(0), limit) << "observer peak " << MiB(obs.Peak(0));
 }
 
+// 64 MiB contexts, 16 MiB loaded at each function's first launch, a 1 GiB limit with 64 MiB of
+// headroom.
+class MemoryGrowthTest : public MemoryTest {
+ protected:
+  void SetUp() override {
+    MemoryTest::SetUp();
+    sim_["VGPU_SIM_CONTEXT_OVERHEAD"] = "64MiB";
+    sim_["VGPU_SIM_LAZY_MODULE_MEMORY"] = "16MiB";
+    limits_["VGPU_MEMORY_HEADROOM"] = "64MiB";
+  }
+  const uint64_t limit = 1 * kGiB;
+  Env limits_ = Limit(limit);
+};
+
 // The free figure after the driver grew (first launches loaded kernels) is what can be
 // allocated: free - 2 MiB fits, free + 64 MiB does not, and the driver stays within the limit.
-TEST_F(MemoryDriverTest, FreeIsWhatCanBeAllocatedAfterTheDriverGrew) {
-  sim_["VGPU_SIM_CONTEXT_OVERHEAD"] = "64MiB";
-  sim_["VGPU_SIM_LAZY_MODULE_MEMORY"] = "16MiB";
-  const uint64_t limit = 1 * kGiB;
-  Env limits = Limit(limit);
-  limits["VGPU_MEMORY_HEADROOM"] = "64MiB";
-  const auto [run, obs] = RunObserved({"memory_growth", "free", "4"}, limits);
+TEST_F(MemoryGrowthTest, FreeIsWhatCanBeAllocatedAfterTheDriverGrew) {
+  const auto [run, obs] = RunObserved({"memory_growth", "free", "4"}, limits_);
   ASSERT_EQ(run.exit_code, 0) << Describe(run);
   const Transcript t(run);
   EXPECT_EQ(t.U64("fit_code"), 0u) << Describe(run);
@@ -107,22 +108,17 @@ TEST_F(MemoryDriverTest, FreeIsWhatCanBeAllocatedAfterTheDriverGrew) {
 
 // Growth without an allocation call at a full container stays within the headroom; without a
 // headroom the same growth passes the limit (why the headroom exists).
-TEST_F(MemoryDriverTest, GrowthAtAFullContainerStaysWithinTheHeadroom) {
-  sim_["VGPU_SIM_CONTEXT_OVERHEAD"] = "64MiB";
-  sim_["VGPU_SIM_LAZY_MODULE_MEMORY"] = "16MiB";
-  const uint64_t limit = 1 * kGiB;
-  Env limits = Limit(limit);
-  limits["VGPU_MEMORY_HEADROOM"] = "64MiB";
+TEST_F(MemoryGrowthTest, GrowthAtAFullContainerStaysWithinTheHeadroom) {
   {
-    const auto [run, obs] = RunObserved({"memory_growth", "fill", "4"}, limits);
+    const auto [run, obs] = RunObserved({"memory_growth", "fill", "4"}, limits_);
     ASSERT_EQ(run.exit_code, 0) << Describe(run);
     EXPECT_EQ(Transcript(run).U64("filled"), limit - 64 * kMiB - 64 * kMiB) << Describe(run);
     for (uint64_t code : Transcript(run).All("launch_code")) EXPECT_EQ(code, 0u) << Describe(run);
     EXPECT_EQ(obs.HoldUsed("grown", 0), limit) << Describe(run);
     EXPECT_LE(obs.Peak(0), limit) << "observer peak " << MiB(obs.Peak(0));
   }
-  limits["VGPU_MEMORY_HEADROOM"] = "0";
-  const auto [run, obs] = RunObserved({"memory_growth", "fill", "4"}, limits);
+  limits_["VGPU_MEMORY_HEADROOM"] = "0";
+  const auto [run, obs] = RunObserved({"memory_growth", "fill", "4"}, limits_);
   ASSERT_EQ(run.exit_code, 0) << Describe(run);
   EXPECT_EQ(obs.HoldUsed("grown", 0), limit + 64 * kMiB) << Describe(run);
 }

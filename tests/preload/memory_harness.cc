@@ -190,6 +190,24 @@ Observation MemoryTest::StopObserver() {
   return obs;
 }
 
+pid_t MemoryTest::StartHolder(uint64_t mib, uint64_t chunk_mib, const Env& env, std::thread* thread,
+                              RunResult* result) {
+  const std::string ready = dir_ + "/holder.pid";
+  std::filesystem::remove(ready);
+  *thread = std::thread([this, mib, chunk_mib, env, ready, result] {
+    *result = Run({"memory_procs", "hold", std::to_string(mib), std::to_string(chunk_mib), ready}, env);
+  });
+  const int64_t deadline = NowMs() + 10'000;
+  while (!std::filesystem::exists(ready) && NowMs() < deadline) SleepMs(2);
+  pid_t pid = 0;
+  if (std::filesystem::exists(ready)) std::ifstream(ready) >> pid;
+  if (pid <= 0) {
+    thread->join();
+    return 0;
+  }
+  return pid;
+}
+
 MemoryTest::ObservedRun MemoryTest::RunObserved(const std::vector<std::string>& argv, const Env& limits) {
   StartObserver();
   ObservedRun observed;

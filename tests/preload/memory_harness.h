@@ -6,6 +6,7 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <sys/types.h>
 
 #include <cstdint>
 #include <map>
@@ -108,6 +109,11 @@ class MemoryTest : public ::testing::Test {
     Observation obs;
   };
   ObservedRun RunObserved(const std::vector<std::string>& argv, const Env& limits);
+
+  // Starts `memory_procs hold <mib> <chunk_mib>` with `env` on *thread (its result lands in
+  // *result when the thread ends) and waits up to 10 s until it holds its memory. Returns its
+  // pid, or 0 when it never got there (then *thread has been joined).
+  pid_t StartHolder(uint64_t mib, uint64_t chunk_mib, const Env& env, std::thread* thread, RunResult* result);
 
   std::string dir_;
   Env sim_ = {{"VGPU_SIM_MEMORY", "8GiB"}, {"VGPU_SIM_CONTEXT_OVERHEAD", "256MiB"}};

@@ -419,18 +419,10 @@ TEST_F(MemoryTest, KilledProcessChargeComesBackWithinASecond) {
   sim_["VGPU_SIM_CONTEXT_OVERHEAD"] = "64MiB";
   const uint64_t limit = 1 * kGiB;
   const Env env = VgpuEnv(Limit(limit));
-  const std::string ready = dir_ + "/holder.pid";
   RunResult holder;
-  std::thread holder_thread([&] { holder = Run({"memory_procs", "hold", "768", "64", ready}, env); });
-  const int64_t deadline = NowMs() + 10'000;
-  while (!std::filesystem::exists(ready) && NowMs() < deadline) SleepMs(2);
-  if (!std::filesystem::exists(ready)) {
-    holder_thread.join();
-    FAIL() << "the holder never got its memory\n" << Describe(holder);
-  }
-  pid_t pid = 0;
-  std::ifstream(ready) >> pid;
-  ASSERT_GT(pid, 0);
+  std::thread holder_thread;
+  const pid_t pid = StartHolder(768, 64, env, &holder_thread, &holder);
+  ASSERT_GT(pid, 0) << "the holder never got its memory\n" << Describe(holder);
   // While it lives, its 768 MiB (+ context) leave no room for another 768 MiB.
   const RunResult blocked = Run({"memory_procs", "reclaim", "768", "0"}, env);
   EXPECT_EQ(Transcript(blocked).U64("obtained"), 0u) << Describe(blocked);
@@ -500,21 +492,16 @@ TEST_F(MemoryTest, ExitingProcessStaysChargedUntilItIsGone) {
 // Different ledger files are different containers: their budgets are independent.
 TEST_F(MemoryTest, ProcessesOnDifferentLedgersHaveTheirOwnBudgets) {
   sim_["VGPU_SIM_CONTEXT_OVERHEAD"] = "64MiB";
-  const std::string ready = dir_ + "/holder.pid";
   RunResult holder;
-  std::thread holder_thread([&] {
-    holder = Run({"memory_procs", "hold", "768", "64", ready},
-                 VgpuEnv({{"CUDA_DEVICE_MEMORY_LIMIT", "1GiB"}, {"CUDA_DEVICE_MEMORY_SHARED_CACHE", dir_ + "/a"}}));
-  });
-  const int64_t deadline = NowMs() + 10'000;
-  while (!std::filesystem::exists(ready) && NowMs() < deadline) SleepMs(2);
-  pid_t pid = 0;
-  if (std::filesystem::exists(ready)) std::ifstream(ready) >> pid;
+  std::thread holder_thread;
+  const pid_t pid = StartHolder(
+      768, 64, VgpuEnv({{"CUDA_DEVICE_MEMORY_LIMIT", "1GiB"}, {"CUDA_DEVICE_MEMORY_SHARED_CACHE", dir_ + "/a"}}),
+      &holder_thread, &holder);
   const RunResult other =
       Run({"memory_procs", "reclaim", "768", "0"},
           VgpuEnv({{"CUDA_DEVICE_MEMORY_LIMIT", "1GiB"}, {"CUDA_DEVICE_MEMORY_SHARED_CACHE", dir_ + "/b"}}));
   if (pid > 0) kill(pid, SIGKILL);
-  holder_thread.join();
+  if (holder_thread.joinable()) holder_thread.join();
   ASSERT_GT(pid, 0) << Describe(holder);
   EXPECT_EQ(Transcript(other).U64("obtained"), 1u) << Describe(other);
   EXPECT_TRUE(std::filesystem::exists(dir_ + "/a"));
