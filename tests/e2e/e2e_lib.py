@@ -239,6 +239,12 @@ def daemon_exec(pod, *command):
     return kubectl("exec", "-n", NAMESPACE, pod, "-c", "vgpu-node", "--", *command)
 
 
+def ledger_dirs(daemon):
+    """Container directories under the host's state dir, as vgpu-node sees them."""
+    out = daemon_exec(daemon, "/bin/sh", "-c", "ls -1 /var/lib/vgpu/containers 2>/dev/null || true")
+    return set(line.strip() for line in out.splitlines() if line.strip())
+
+
 def daemon_log_events(pod):
     """vgpu-node's JSON log lines (log_format = json in every overlay) as dicts."""
     out = []

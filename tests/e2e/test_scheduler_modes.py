@@ -151,7 +151,15 @@ class SchedulerMode:
         self.assertEqual(self.remaining_devices(notes[self.devices_annotation]), [], notes[self.devices_annotation])
         self.assertNotIn(self.lock_annotation, self.node_annotations(), "the node lock is released")
         self.assertEqual(env.get("VGPU_POD_UID"), e2e.pod(name)["metadata"]["uid"])
+        # The container registered with vgpu-node (its cgroup checked against the pod), and the
+        # ledger directory goes with the pod.
+        key = f"{env['VGPU_POD_UID']}_main"
+        self.assertIn(key, e2e.ledger_dirs(self.daemon))
+        registered = [e for e in e2e.daemon_log_events(self.daemon)
+                      if e.get("msg") == "registered" and e.get("container") == key]
+        self.assertTrue(registered, "the CUDA program registered with vgpu-node")
         e2e.delete_pod(name)
+        e2e.wait_until(f"ledger directory {key} removed", 60, lambda: key not in e2e.ledger_dirs(self.daemon), interval=2)
 
     def test_04_malformed_annotation_fails_the_pod_and_releases_the_lock(self):
         uuid = self.gpus()[0][0]

@@ -12,12 +12,6 @@ MEMORY = "alnair/vgpu-memory"
 COMPUTE = "alnair/vgpu-compute"
 
 
-def ledger_dirs(daemon):
-    """Container directories under the host's state dir, as vgpu-node sees them."""
-    out = e2e.daemon_exec(daemon, "/bin/sh", "-c", "ls -1 /var/lib/vgpu/containers 2>/dev/null || true")
-    return set(line.strip() for line in out.splitlines() if line.strip())
-
-
 def key_of(parsed):
     return f"{parsed['env']['VGPU_POD_UID']}_{parsed['env']['VGPU_CONTAINER_NAME']}"
 
@@ -92,7 +86,7 @@ class Standalone(unittest.TestCase):
         e2e.log(f"compute: kernel time {out['kernel_share']}% of wall time at a limit of 50")
         self.assertAlmostEqual(out["kernel_share"], 50, delta=10)
         # The node daemon holds the container's ledger with both limits.
-        self.assertIn(key_of(out), ledger_dirs(self.daemon))
+        self.assertIn(key_of(out), e2e.ledger_dirs(self.daemon))
         ps = e2e.daemon_exec(self.daemon, "vgpu", "ps")
         self.assertIn(out["env"]["VGPU_POD_UID"], ps)
         type(self).running = ("alnair-2g-50", key_of(out))
@@ -122,7 +116,7 @@ class Standalone(unittest.TestCase):
         if wait > 0:
             e2e.log(f"waiting {wait:.0f}s: past orphan_grace with {name} running")
             time.sleep(wait)
-        self.assertIn(key, ledger_dirs(self.daemon),
+        self.assertIn(key, e2e.ledger_dirs(self.daemon),
                       f"vgpu-node removed the ledger of the running container {key} after orphan_grace")
         before = e2e.pod(name)["status"]["containerStatuses"][0]
         old_daemon = self.daemon
@@ -134,7 +128,7 @@ class Standalone(unittest.TestCase):
         status = after["containerStatuses"][0]
         self.assertEqual(status["restartCount"], 0)
         self.assertEqual(status["containerID"], before["containerID"])
-        self.assertIn(key, ledger_dirs(self.daemon), "the running container's ledger survives the restart")
+        self.assertIn(key, e2e.ledger_dirs(self.daemon), "the running container's ledger survives the restart")
         # The restarted daemon serves Allocate again.
         e2e.create_object(e2e.workload_pod("alnair-after-restart", {MEMORY: 1, COMPUTE: 30},
                                            example_args="--kernels 1 --kernel-ms 1"))
@@ -168,11 +162,11 @@ class Standalone(unittest.TestCase):
 
     def test_06_deleting_a_pod_frees_its_ledger(self):
         name, key = self.running_pod()
-        self.assertIn(key, ledger_dirs(self.daemon))
+        self.assertIn(key, e2e.ledger_dirs(self.daemon))
         free_before = int(self.allocatable()[MEMORY])
         e2e.delete_pod(name)
         e2e.log(f"waiting for vgpu-node to remove {key}")
-        e2e.wait_until(f"ledger directory {key} removed", 120, lambda: key not in ledger_dirs(self.daemon), interval=2)
+        e2e.wait_until(f"ledger directory {key} removed", 120, lambda: key not in e2e.ledger_dirs(self.daemon), interval=2)
         # The kubelet hands the units out again: a pod as large as the node's whole GPU fits.
         per_gpu = free_before // (2 if CONFIG.simulated else 1)
         e2e.create_object(e2e.workload_pod("alnair-whole-gpu", {MEMORY: per_gpu, COMPUTE: 100},
