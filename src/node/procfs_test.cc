@@ -86,12 +86,15 @@ TEST(ProcFsTest, CgroupExistenceAndPodSearch) {
   EXPECT_EQ(fs.FindPodCgroup("11111111-2222-3333-4444-555555555555"), "");
 }
 
-TEST(ProcFsTest, CgroupV1HierarchiesAreSearched) {
-  testing::TempDir dir;
-  testing::FakeHost host(dir.path());
-  host.MakeCgroup("/memory/kubepods/podx/c");
-  const ProcFs fs(host.proc_root(), host.cgroup_root());
-  EXPECT_TRUE(fs.CgroupExists("/kubepods/podx/c"));
+TEST(ProcFsTest, EachHierarchyAloneIsSearched) {
+  for (const char* hierarchy : {"memory", "pids", "unified"}) {
+    SCOPED_TRACE(hierarchy);
+    testing::TempDir dir;
+    testing::FakeHost host(dir.path());
+    host.MakeCgroup(std::string("/") + hierarchy + "/kubepods/podx/c");
+    const ProcFs fs(host.proc_root(), host.cgroup_root());
+    EXPECT_TRUE(fs.CgroupExists("/kubepods/podx/c"));
+  }
 }
 
 // Hybrid cgroups (seen on a real kubelet 1.20 with runc 1.1): a deleted pod's directories are gone
@@ -107,14 +110,6 @@ TEST(ProcFsTest, HybridHostsIgnoreTheUnifiedHierarchy) {
   EXPECT_FALSE(fs.CgroupExists("/kubepods/besteffort/pod11111111-2222-3333-4444-555555555555"));
   EXPECT_EQ(fs.FindPodCgroup("11111111-2222-3333-4444-555555555555"), "");
   EXPECT_EQ(fs.FindPodCgroup(kUid), std::string("/kubepods/besteffort/pod") + kUid);
-}
-
-TEST(ProcFsTest, UnifiedAloneIsSearched) {
-  testing::TempDir dir;
-  testing::FakeHost host(dir.path());
-  host.MakeCgroup("/unified/kubepods/podx/c");
-  const ProcFs fs(host.proc_root(), host.cgroup_root());
-  EXPECT_TRUE(fs.CgroupExists("/kubepods/podx/c"));
 }
 
 TEST(ProcFsTest, RealProcOfThisProcess) {

@@ -40,6 +40,7 @@ class Config:
         self.simulated_driver = environ.get("VGPU_E2E_SIMULATED_DRIVER", "")
         self.restart_kubelet = environ.get("VGPU_E2E_RESTART_KUBELET", "")
         self.test_namespace = environ.get("VGPU_E2E_NAMESPACE", "vgpu-e2e")
+        self.runtime_class = environ.get("VGPU_E2E_RUNTIME_CLASS", "")
         self.keep = environ.get("VGPU_E2E_KEEP", "") not in ("", "0", "false")
 
     def problems(self):
@@ -190,6 +191,10 @@ class Overlay:
         patches = []
         if CONFIG.simulated:
             patches.append(("simulated-driver.json", _sim_patch()))
+        if CONFIG.runtime_class:
+            patches.append(("runtime-class.json", {
+                "apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "vgpu-node"},
+                "spec": {"template": {"spec": {"runtimeClassName": CONFIG.runtime_class}}}}))
         if extra_env:
             patches.append(("extra-env.json", {
                 "apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "vgpu-node"},
@@ -239,6 +244,24 @@ def daemon_exec(pod, *command):
     return kubectl("exec", "-n", NAMESPACE, pod, "-c", "vgpu-node", "--", *command)
 
 
+def daemon_metrics(daemon):
+    """vgpu-node's /metrics, through the API server's proxy to the pod (the path a Prometheus in
+    the cluster takes to the pod network)."""
+    return kubectl("get", "--raw", f"/api/v1/namespaces/{NAMESPACE}/pods/{daemon}:9394/proxy/metrics")
+
+
+def metric_values(text, name, **labels):
+    """Values of the samples of `name` whose labels include `labels`."""
+    out = []
+    for line in text.splitlines():
+        if not line.startswith(name + "{"):
+            continue
+        label_text, _, value = line[len(name) + 1:].rpartition("} ")
+        if all(f'{k}="{v}"' in label_text for k, v in labels.items()):
+            out.append(float(value))
+    return out
+
+
 def ledger_dirs(daemon):
     """Container directories under the host's state dir, as vgpu-node sees them."""
     out = daemon_exec(daemon, "/bin/sh", "-c", "ls -1 /var/lib/vgpu/containers 2>/dev/null || true")
@@ -285,14 +308,16 @@ exec sleep 100000
 
 def workload_pod(name, resources, *, annotations=None, scheduler_name=None, containers=None, init_containers=None,
                  example_args="--chunk-mib 256 --kernels 50 --kernel-ms 20", env=None):
-    """A pod spec whose containers run WORKLOAD_SCRIPT. `containers` is a list of
-    (container name, resource limits); default one container "main" with `resources`."""
-    def container(cname, limits, script_args):
+    """A pod spec whose containers run WORKLOAD_SCRIPT with `vgpu-example <example_args>`.
+    `containers` / `init_containers` are lists of (container name, resource limits); the default
+    is one container "main" with `resources`. Init containers run a short example and exit."""
+    def container(cname, limits, example, then):
+        script = WORKLOAD_SCRIPT.replace("EXAMPLE_ARGS", example).replace("exec sleep 100000", then)
         c = {
             "name": cname,
             "image": CONFIG.workload_image,
             "imagePullPolicy": "IfNotPresent",
-            "command": ["/bin/sh", "-c", WORKLOAD_SCRIPT.replace("EXAMPLE_ARGS", script_args)],
+            "command": ["/bin/sh", "-c", script],
             "resources": {"limits": {k: str(v) for k, v in limits.items()}},
             "env": [{"name": k, "value": v} for k, v in (env or {}).items()],
         }
@@ -303,21 +328,20 @@ def workload_pod(name, resources, *, annotations=None, scheduler_name=None, cont
             c["volumeMounts"] = [{"name": "vgpu-e2e-simulated-driver", "mountPath": SIM_MOUNT, "readOnly": True}]
         return c
 
-    run_example = f"vgpu-example {example_args}"
     spec = {
         "restartPolicy": "Never",
         "terminationGracePeriodSeconds": 1,
         "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
-        "containers": [container(c, l, run_example) for c, l in (containers or [("main", resources)])],
+        "containers": [container(c, l, f"vgpu-example {example_args}", "exec sleep 100000")
+                       for c, l in (containers or [("main", resources)])],
     }
     if init_containers:
-        spec["initContainers"] = [container(c, l, "vgpu-example --kernels 1 --kernel-ms 1").copy()
+        spec["initContainers"] = [container(c, l, "vgpu-example --kernels 1 --kernel-ms 1", "exit 0")
                                   for c, l in init_containers]
-        for c in spec["initContainers"]:  # an init container must finish
-            c["command"] = ["/bin/sh", "-c", WORKLOAD_SCRIPT.replace("EXAMPLE_ARGS", "vgpu-example --kernels 1 --kernel-ms 1")
-                            .replace("exec sleep 100000", "exit 0")]
     if scheduler_name:
         spec["schedulerName"] = scheduler_name
+    if CONFIG.runtime_class:
+        spec["runtimeClassName"] = CONFIG.runtime_class
     if CONFIG.simulated:
         spec["volumes"] = [{"name": "vgpu-e2e-simulated-driver",
                             "hostPath": {"path": CONFIG.simulated_driver, "type": "Directory"}}]
@@ -417,6 +441,8 @@ class RawApi:
     One kept-alive connection; not thread-safe (one RawApi per thread)."""
 
     def __init__(self, token=None):
+        self.connection = None
+        self.temp_files = []
         view = json.loads(kubectl("config", "view", "--raw", "--minify", "-o", "json"))
         cluster = view["clusters"][0]["cluster"]
         user = view["users"][0].get("user", {}) if view.get("users") else {}
@@ -439,13 +465,23 @@ class RawApi:
             if not cert:
                 raise AssertionError("the kubeconfig context has neither a token nor a client certificate")
             self.context.load_cert_chain(cert, key)
-        self.connection = None
 
-    @staticmethod
-    def _temp_file(data):
+    def close(self):
+        if self.connection is not None:
+            self.connection.close()
+            self.connection = None
+        for path in self.temp_files:
+            os.unlink(path)
+        self.temp_files = []
+
+    def __del__(self):
+        self.close()
+
+    def _temp_file(self, data):
         fd, path = tempfile.mkstemp(prefix="vgpu-e2e-cred-")
         os.write(fd, data)
         os.close(fd)
+        self.temp_files.append(path)
         return path
 
     def request(self, method, path, body=None, content_type="application/json"):
@@ -496,6 +532,27 @@ def service_account_token(namespace, name, seconds=600):
     out = kubectl("create", "--raw", f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token", "-f", "-",
                   input=json.dumps(request))
     return json.loads(out)["status"]["token"]
+
+
+def deploy_overlay(cls, mode, extra_env=None):
+    """setUpClass of a test class that runs against one overlay: the node labelled, an empty test
+    namespace, the overlay applied, vgpu-node Ready. Sets cls.node, cls.overlay, cls.daemon."""
+    require_config(cls)
+    cls.node = target_node()
+    label_node(cls.node)
+    ensure_test_namespace()
+    delete_test_pods()
+    cls.overlay = Overlay(mode, extra_env)
+    cls.overlay.apply()
+    cls.daemon = wait_daemon_ready(cls.node)
+
+
+def remove_overlay(cls):
+    """tearDownClass to deploy_overlay (nothing with VGPU_E2E_KEEP)."""
+    if CONFIG.keep:
+        return
+    delete_test_pods()
+    cls.overlay.delete()
 
 
 def require_config(test_case):

@@ -24,14 +24,7 @@ def code_accesses():
 class Rbac(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        e2e.require_config(cls)
-        cls.node = e2e.target_node()
-        e2e.label_node(cls.node)
-        e2e.ensure_test_namespace()
-        e2e.delete_test_pods()
-        cls.overlay = e2e.Overlay("hami")
-        cls.overlay.apply()
-        cls.daemon = e2e.wait_daemon_ready(cls.node)
+        e2e.deploy_overlay(cls, "hami")
         # A pod to read and patch; it is never scheduled (no scheduler has this name).
         target = e2e.workload_pod("rbac-target", {}, scheduler_name="vgpu-e2e-nobody")
         target["spec"]["containers"][0].pop("resources")
@@ -40,10 +33,8 @@ class Rbac(unittest.TestCase):
 
     @classmethod
     def tearDownClass(cls):
-        if CONFIG.keep:
-            return
-        e2e.delete_test_pods()
-        cls.overlay.delete()
+        cls.api.close()
+        e2e.remove_overlay(cls)
 
     def pod_path(self, suffix=""):
         return f"/api/v1/namespaces/{CONFIG.test_namespace}/pods/rbac-target{suffix}"

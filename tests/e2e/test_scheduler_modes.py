@@ -29,25 +29,16 @@ class SchedulerMode:
 
     @classmethod
     def setUpClass(cls):
-        e2e.require_config(cls)
-        cls.node = e2e.target_node()
-        e2e.label_node(cls.node)
-        e2e.ensure_test_namespace()
-        e2e.delete_test_pods()
-        cls.overlay = e2e.Overlay(cls.mode)
-        cls.overlay.apply()
-        cls.daemon = e2e.wait_daemon_ready(cls.node)
+        e2e.deploy_overlay(cls, cls.mode)
 
     @classmethod
     def tearDownClass(cls):
-        if CONFIG.keep:
-            return
-        e2e.delete_test_pods()
-        cls.overlay.delete()
-        node = e2e.get("node", cls.node)
-        stale = {k: None for k in e2e.annotations(node) if k == cls.lock_annotation}
-        if stale:
-            e2e.merge_patch("node", cls.node, {"metadata": {"annotations": stale}})
+        if not CONFIG.keep and hasattr(cls, "node"):
+            # A lock a failed test left behind would block the next scheduler run on the node.
+            stale = {k: None for k in e2e.annotations(e2e.get("node", cls.node)) if k == cls.lock_annotation}
+            if stale:
+                e2e.merge_patch("node", cls.node, {"metadata": {"annotations": stale}})
+        e2e.remove_overlay(cls)
 
     # -- helpers --------------------------------------------------------------------------------
 
@@ -102,14 +93,13 @@ class SchedulerMode:
             lambda v: v if v.startswith("Reported ") else None)(self.node_annotations().get(self.handshake_annotation, "")))
         e2e.log(f"{self.handshake_annotation}: {answered}")
 
-    def test_03_allocate_under_concurrent_writes(self):
-        uuid = self.gpus()[0][0]
-        name = f"{self.mode}-one"
+    def allocate_under_writes(self, name, uuid):
+        """Schedules pod `name` (3000 MiB, 30%) while a writer bumps the pod's resourceVersion as
+        fast as one kept-alive connection allows, so the daemon's guarded patches
+        (resourceVersion preconditions) may meet 409 Conflicts from the real server. The writer's
+        patches carry no resourceVersion: every 409 on PATCH pods in the API server's counter is
+        one the daemon met and retried. Returns (bind phase, conflicts, writes)."""
         e2e.create_object(self.pod_spec(name, 1))
-        # A writer that bumps the pod's resourceVersion as fast as one kept-alive connection allows
-        # during the allocation, so the daemon's guarded patches (resourceVersion preconditions)
-        # meet 409 Conflicts from the real server. Its own patches carry no resourceVersion: every
-        # 409 on PATCH pods in the API server's counter is one the daemon met and retried.
         conflicts_before = e2e.apiserver_counter("apiserver_request_total", code="409", resource="pods", verb="PATCH")
         stop = threading.Event()
         writes = [0]
@@ -122,6 +112,7 @@ class SchedulerMode:
                                         "application/merge-patch+json")
                 if status == 200:
                     writes[0] += 1
+            api.close()
         thread = threading.Thread(target=writer, daemon=True)
         thread.start()
         try:
@@ -132,9 +123,25 @@ class SchedulerMode:
             thread.join(10)
         conflicts = e2e.apiserver_counter("apiserver_request_total", code="409", resource="pods",
                                           verb="PATCH") - conflicts_before
-        e2e.log(f"{writes[0]} concurrent label writes; {conflicts:.0f} HTTP 409 on PATCH pods (the daemon's retries)")
-        self.assertGreater(conflicts, 0, "no conflict happened: the run did not exercise the retry")
-        self.assertEqual(phase, "success")
+        e2e.log(f"{name}: {writes[0]} concurrent label writes; {conflicts:.0f} HTTP 409 on PATCH pods (the daemon's retries)")
+        return phase, conflicts
+
+    def test_03_allocate_under_concurrent_writes(self):
+        uuid = self.gpus()[0][0]
+        # Whether a write lands between the daemon's read and its patch is timing: up to three
+        # pods, until one allocation met a conflict. Every one must be right.
+        for attempt in range(3):
+            name = f"{self.mode}-one-{attempt}"
+            phase, conflicts = self.allocate_under_writes(name, uuid)
+            self.assertEqual(phase, "success")
+            self.check_allocated(name, uuid)
+            if conflicts > 0:
+                break
+        self.assertGreater(conflicts, 0, "no allocation of three met a conflict: the retry was not exercised")
+
+    def check_allocated(self, name, uuid):
+        """The container of pod `name` got 3000 MiB / 30% on `uuid`, registered, shows in the
+        metrics; its annotations and the lock are cleaned up; deleting it removes its ledger."""
         out = e2e.parse_workload_log(e2e.wait_pod_ready_output(name))
         env = out["env"]
         self.assertEqual(env.get("NVIDIA_VISIBLE_DEVICES"), uuid)
@@ -158,6 +165,10 @@ class SchedulerMode:
         registered = [e for e in e2e.daemon_log_events(self.daemon)
                       if e.get("msg") == "registered" and e.get("container") == key]
         self.assertTrue(registered, "the CUDA program registered with vgpu-node")
+        metrics = e2e.daemon_metrics(self.daemon)
+        self.assertEqual(e2e.metric_values(metrics, "vgpu_container_memory_limit_bytes", pod=name),
+                         [self.expected_mib(3000) * 1024 * 1024])
+        self.assertGreaterEqual(sum(e2e.metric_values(metrics, "vgpu_container_oom_refusals_total", pod=name)), 1)
         e2e.delete_pod(name)
         e2e.wait_until(f"ledger directory {key} removed", 60, lambda: key not in e2e.ledger_dirs(self.daemon), interval=2)
 
