@@ -321,6 +321,27 @@ TEST_F(SchedulerAllocatorTest, ConflictingWriteIsRetriedOnTheFreshPod) {
   EXPECT_EQ(raced, 3);
 }
 
+// Once the entry is popped, writes to the pod before every further PATCH do not keep
+// bind-phase from "success" (it is not guarded by resourceVersion; the pop is).
+TEST_F(SchedulerAllocatorTest, BindPhaseIsSetWhileThePodKeepsChanging) {
+  SetUpProtocol(kHamiProtocol);
+  AddPod(Pod("team", "train", "uid-1", {"main"}), "GPU-b,NVIDIA,1000,30:;");
+  Lock(std::string(kLockTime) + ",team,train");
+  int patches = 0;
+  api_.SetBeforePatch([&](const std::string& path) {
+    if (path != PodPath("team", "train") || patches++ == 0) return;  // the first PATCH (the pop) goes through
+    Json pod = *api_.Object(path);
+    pod["metadata"]["labels"]["tick"] = std::to_string(patches);
+    api_.Put(path, pod);
+  });
+  v1beta1::AllocateResponse response;
+  Status status = Allocate(Request({1}), &response);
+  ASSERT_TRUE(status.ok) << status.message;
+  EXPECT_EQ(PodAnnotation("train", "hami.io/vgpu-devices-to-allocate"), ";");
+  EXPECT_EQ(PodAnnotation("train", "hami.io/bind-phase"), "success");
+  EXPECT_FALSE(api_.HasAnnotation(NodePath(kNode), "hami.io/mutex.lock"));
+}
+
 TEST_F(SchedulerAllocatorTest, ALockTakenForAnotherPodIsNotReleased) {
   SetUpProtocol(kHamiProtocol);
   AddPod(Pod("team", "bad", "uid-3", {"main"}), "junk;");

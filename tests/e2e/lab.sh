@@ -258,13 +258,13 @@ remove_kube_chains() {
     command -v "$tool" >/dev/null || continue
     for table in filter nat mangle; do
       "$tool" -t "$table" -S >/dev/null 2>&1 || continue
-      "$tool" -t "$table" -S | grep -E '^-A (INPUT|OUTPUT|FORWARD|PREROUTING|POSTROUTING) .*-j KUBE-' |
-        sed 's/^-A/-D/' | while read -r rule; do eval "$tool -t $table $rule" || true; done
-      for chain in $("$tool" -t "$table" -S | awk '$1 == "-N" && $2 ~ /^KUBE-/ {print $2}'); do
-        "$tool" -t "$table" -F "$chain" || true
+      "$tool" -t "$table" -S 2>/dev/null | grep -E '^-A (INPUT|OUTPUT|FORWARD|PREROUTING|POSTROUTING) .*-j KUBE-' |
+        sed 's/^-A/-D/' | while read -r rule; do eval "$tool -t $table $rule" 2>/dev/null || true; done
+      for chain in $("$tool" -t "$table" -S 2>/dev/null | awk '$1 == "-N" && $2 ~ /^KUBE-/ {print $2}'); do
+        "$tool" -t "$table" -F "$chain" 2>/dev/null || true
       done
-      for chain in $("$tool" -t "$table" -S | awk '$1 == "-N" && $2 ~ /^KUBE-/ {print $2}'); do
-        "$tool" -t "$table" -X "$chain" || true
+      for chain in $("$tool" -t "$table" -S 2>/dev/null | awk '$1 == "-N" && $2 ~ /^KUBE-/ {print $2}'); do
+        "$tool" -t "$table" -X "$chain" 2>/dev/null || true
       done
     done
   done
