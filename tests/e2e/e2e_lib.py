@@ -536,7 +536,8 @@ def service_account_token(namespace, name, seconds=600):
 
 def deploy_overlay(cls, mode, extra_env=None):
     """setUpClass of a test class that runs against one overlay: the node labelled, an empty test
-    namespace, the overlay applied, vgpu-node Ready. Sets cls.node, cls.overlay, cls.daemon."""
+    namespace, the overlay applied (with extra daemon environment), vgpu-node Ready. Sets
+    cls.node, cls.overlay, cls.daemon."""
     require_config(cls)
     cls.node = target_node()
     label_node(cls.node)
