@@ -124,6 +124,8 @@ void K8sPlugin::AssembleStandaloneMode(Parts* p) {
   StandaloneOptions options;
   options.paths = config.paths;
   options.pairing_window = std::chrono::milliseconds(config.pairing_window_ms);
+  options.memory_resource = config.standalone_memory_resource;
+  options.compute_resource = config.standalone_compute_resource;
   p->standalone = std::make_unique<StandaloneAllocator>(options, p->store);
   for (StandaloneKind kind : {StandaloneKind::kMemory, StandaloneKind::kCompute}) {
     UnitResourceSpec spec = Spec(

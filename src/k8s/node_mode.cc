@@ -13,6 +13,9 @@
 #include "k8s/container_store.h"
 #include "k8s/k8s_plugin.h"
 #include "k8s/node_mode.h"
+#include "k8s/pod_resources_client.h"
+#include "k8s/standalone_allocator.h"
+#include "k8s/standalone_lifetime.h"
 #include "node/mode_module.h"
 
 namespace vgpu::k8s {
@@ -79,6 +82,7 @@ class KubernetesMode : public node::ModeModule {
       plugin_.reset();
       return NodeStatus(status.Context(std::string("mode ") + PluginModeName(mode_)));
     }
+    if (mode_ == PluginMode::kStandalone) StartReaper(config, context.containers);
     shared_ = std::make_shared<Shared>();
     shared_->plugin = plugin_.get();
     shared_->feed = &context.health;
@@ -96,6 +100,8 @@ class KubernetesMode : public node::ModeModule {
   }
 
   void Stop() override {
+    if (reaper_) reaper_->Stop();
+    reaper_.reset();
     if (feed_ != nullptr && subscription_ >= 0) feed_->Unsubscribe(subscription_);
     subscription_ = -1;
     if (shared_) {
@@ -107,6 +113,33 @@ class KubernetesMode : public node::ModeModule {
   }
 
  private:
+  // Standalone grants name no pod: the kubelet's pod resources list says when no container holds
+  // a grant's devices any more, and the daemon is told to release it (standalone_lifetime.h).
+  void StartReaper(const PluginConfig& config, node::ContainerDirectory& containers) {
+    pod_resources_ = std::make_unique<PodResourcesClient>(config.pod_resources_socket);
+    StandaloneReaperOptions options;
+    options.resources = {config.standalone_memory_resource, config.standalone_compute_resource};
+    options.list = [client = pod_resources_.get(), resources = options.resources](PodResourcesSnapshot* out) {
+      return client->List(resources, out);
+    };
+    options.grants = [&containers] {
+      std::vector<std::string> uids;
+      for (const node::ContainerRecord& record : containers.List()) {
+        if (!record.released() && record.error.empty() && record.container_name == kStandaloneContainerName &&
+            record.pod_uid.rfind(kStandaloneKeyPrefix, 0) == 0) {
+          uids.push_back(record.pod_uid);
+        }
+      }
+      return uids;
+    };
+    options.release = [&containers](const std::string& uid) {
+      node::Status status = containers.Release(ContainerKey(uid, kStandaloneContainerName));
+      return status.ok ? Status::Ok() : Status::Error(status.message);
+    };
+    reaper_ = std::make_unique<StandaloneReaper>(options);
+    reaper_->Start();
+  }
+
   struct Shared {
     std::mutex mu;
     K8sPlugin* plugin = nullptr;  // guarded by mu
@@ -118,6 +151,8 @@ class KubernetesMode : public node::ModeModule {
   std::unique_ptr<DirectoryStore> store_;
   std::unique_ptr<K8sPlugin> plugin_;
   std::shared_ptr<Shared> shared_;
+  std::unique_ptr<PodResourcesClient> pod_resources_;
+  std::unique_ptr<StandaloneReaper> reaper_;
 };
 
 }  // namespace

@@ -105,6 +105,7 @@ Status ApplyPluginSetting(const std::string& key, const std::string& value, Plug
   if (key == "standalone_memory_resource") return ParseResourceName(key, value, &config->standalone_memory_resource);
   if (key == "standalone_compute_resource") return ParseResourceName(key, value, &config->standalone_compute_resource);
   if (key == "pairing_window_ms") return ParseInt(key, value, 1, 60000, &config->pairing_window_ms);
+  if (key == "pod_resources_socket") return ParsePath(key, value, &config->pod_resources_socket);
   if (key == "api_server") {
     if (value.rfind("https://", 0) != 0) return Status::Error("api_server=\"" + value + "\": expected an https:// URL");
     config->api.server = value;

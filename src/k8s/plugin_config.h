@@ -33,6 +33,8 @@ struct PluginConfig {
   std::string standalone_memory_resource = "vgpu.io/memory";
   std::string standalone_compute_resource = "vgpu.io/compute";
   int pairing_window_ms = 1000;
+  // standalone: the kubelet's pod resources API (which containers still hold a grant's devices).
+  std::string pod_resources_socket = "/var/lib/kubelet/pod-resources/kubelet.sock";
   KubeClientOptions api;  // api.server empty: in-cluster configuration
 };
 

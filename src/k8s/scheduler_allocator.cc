@@ -243,11 +243,15 @@ Status SchedulerAllocator::AllocateContainer(const std::vector<GpuInfo>& gpus, c
   return Status::Ok();
 }
 
+// bind-phase is one annotation set to a final value: a plain merge patch without resourceVersion.
+// Guarding it (as the pop is, which must never happen twice) let a pod that kept changing under
+// it (on a real API server, with a concurrent writer) use up every attempt: the containers had
+// their GPUs and the pod stayed "allocating".
 Status SchedulerAllocator::SetBindPhase(const Target& target, const char* phase) {
-  const char* key = options_.protocol->bind_phase;
-  return GuardedUpdate(*api_, target.pod_path, [&](const Json&, std::string*) -> std::optional<Json> {
-    return AnnotationPatch({{key, std::string(phase)}});
-  }, options_.update_attempts, nullptr, &target.pod);
+  const ApiResponse patched =
+      api_->MergePatch(target.pod_path, AnnotationPatch({{options_.protocol->bind_phase, std::string(phase)}}));
+  if (!patched.ok()) return Status::Error("PATCH " + target.pod_path + ": " + patched.Describe());
+  return Status::Ok();
 }
 
 Status SchedulerAllocator::ReleaseLock(const Target& target) {

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <map>
 
 #include "k8s/api_access.h"
@@ -54,6 +55,18 @@ v1beta1::AllocateRequest Request(std::vector<int> devices_per_container) {
 
 class SchedulerAllocatorTest : public ::testing::Test {
  protected:
+  // Before each PATCH of pod team/train that `race` selects by its index (0 = the first),
+  // someone else writes the pod, so a PATCH guarded by the version read before it conflicts.
+  // pod_patches_ counts every PATCH of that pod.
+  void WriteThePodBefore(std::function<bool(int index)> race) {
+    api_.SetBeforePatch([this, race](const std::string& path) {
+      if (path != PodPath("team", "train") || !race(pod_patches_++)) return;
+      Json pod = *api_.Object(path);
+      pod["metadata"]["annotations"]["example.com/other"] = std::to_string(pod_patches_);
+      api_.Put(path, pod);
+    });
+  }
+
   void SetUpProtocol(const SchedulerProtocol& protocol, int memory_factor = 1) {
     protocol_ = &protocol;
     SchedulerAllocatorOptions options;
@@ -93,6 +106,7 @@ class SchedulerAllocatorTest : public ::testing::Test {
   FakeKubeApi api_;
   RecordingStore store_;
   std::unique_ptr<SchedulerAllocator> allocator_;
+  int pod_patches_ = 0;
 };
 
 std::map<std::string, std::string> Envs(const v1beta1::ContainerAllocateResponse& response) {
@@ -303,22 +317,29 @@ TEST_F(SchedulerAllocatorTest, ConflictingWriteIsRetriedOnTheFreshPod) {
   SetUpProtocol(kHamiProtocol);
   AddPod(Pod("team", "train", "uid-1", {"main"}), "GPU-b,NVIDIA,1000,30:;");
   Lock(std::string(kLockTime) + ",team,train");
-  int raced = 0;
-  api_.SetBeforePatch([&](const std::string& path) {
-    if (path != PodPath("team", "train") || raced++ > 0) return;
-    // Someone else writes the pod between our GET and our PATCH.
-    Json pod = *api_.Object(path);
-    pod["metadata"]["annotations"]["example.com/other"] = "x";
-    api_.Put(path, pod);
-  });
+  WriteThePodBefore([](int index) { return index == 0; });  // between our GET and our first PATCH
   v1beta1::AllocateResponse response;
   Status status = Allocate(Request({1}), &response);
   ASSERT_TRUE(status.ok) << status.message;
   EXPECT_EQ(PodAnnotation("train", "hami.io/vgpu-devices-to-allocate"), ";");
-  EXPECT_EQ(PodAnnotation("train", "example.com/other"), "x");
+  EXPECT_EQ(PodAnnotation("train", "example.com/other"), "1");
   EXPECT_EQ(PodAnnotation("train", "hami.io/bind-phase"), "success");
   // pop refused with 409, pop again on the fresh pod, bind-phase.
-  EXPECT_EQ(raced, 3);
+  EXPECT_EQ(pod_patches_, 3);
+}
+
+// Once the entry is popped, writes to the pod before every further PATCH do not keep
+// bind-phase from "success" (it is not guarded by resourceVersion; the pop is).
+TEST_F(SchedulerAllocatorTest, BindPhaseIsSetWhileThePodKeepsChanging) {
+  SetUpProtocol(kHamiProtocol);
+  AddPod(Pod("team", "train", "uid-1", {"main"}), "GPU-b,NVIDIA,1000,30:;");
+  Lock(std::string(kLockTime) + ",team,train");
+  WriteThePodBefore([](int index) { return index > 0; });  // the pop goes through, then every PATCH races
+  v1beta1::AllocateResponse response;
+  ASSERT_TRUE(Allocate(Request({1}), &response).ok);
+  EXPECT_EQ(PodAnnotation("train", "hami.io/vgpu-devices-to-allocate"), ";");
+  EXPECT_EQ(PodAnnotation("train", "hami.io/bind-phase"), "success");
+  EXPECT_FALSE(api_.HasAnnotation(NodePath(kNode), "hami.io/mutex.lock"));
 }
 
 TEST_F(SchedulerAllocatorTest, ALockTakenForAnotherPodIsNotReleased) {

@@ -1,36 +1,11 @@
 #include "k8s/standalone_allocator.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cstdio>
-
 #include "common/log.h"
+#include "k8s/standalone_lifetime.h"
 #include "k8s/virtual_devices.h"
 
 namespace vgpu::k8s {
 namespace {
-
-std::string RandomKey() {
-  unsigned char bytes[8] = {};
-  int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
-  bool filled = false;
-  if (fd >= 0) {
-    filled = read(fd, bytes, sizeof(bytes)) == static_cast<ssize_t>(sizeof(bytes));
-    close(fd);
-  }
-  if (!filled) {  // never expected; still unique per process and time
-    uint64_t mix = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) ^
-                   (static_cast<uint64_t>(getpid()) << 40);
-    for (unsigned char& b : bytes) {
-      b = static_cast<unsigned char>(mix);
-      mix = (mix >> 8) | (mix << 56);
-    }
-  }
-  char text[32];
-  for (int i = 0; i < 8; ++i) snprintf(text + 2 * i, 3, "%02x", bytes[i]);
-  return std::string("standalone-") + text;
-}
 
 const char* KindName(StandaloneKind kind) { return kind == StandaloneKind::kMemory ? "memory" : "compute"; }
 
@@ -43,7 +18,12 @@ int StandaloneUnits(StandaloneKind kind, const GpuInfo& gpu) {
 
 StandaloneAllocator::StandaloneAllocator(StandaloneOptions options, ContainerStore* store)
     : options_(std::move(options)), store_(store) {
-  if (!options_.new_key) options_.new_key = RandomKey;
+  if (!options_.new_key) {
+    options_.new_key = [memory = options_.memory_resource, compute = options_.compute_resource](
+                           StandaloneKind kind, const std::vector<std::string>& ids) {
+      return StandaloneKey(kind == StandaloneKind::kMemory ? memory : compute, ids);
+    };
+  }
 }
 
 bool StandaloneAllocator::Joinable(StandaloneKind kind) const {
@@ -106,7 +86,7 @@ Status StandaloneAllocator::AllocateContainer(StandaloneKind kind, const std::ve
     partner = open;
     half.key = open->key;
   } else {
-    half.key = options_.new_key();
+    half.key = options_.new_key(kind, {request.devices_ids().begin(), request.devices_ids().end()});
   }
 
   ContainerGrant grant;

@@ -43,7 +43,10 @@ namespace vgpu::k8s {
 
 inline constexpr uint64_t kStandaloneMemoryUnit = 1024ull * 1024 * 1024;  // 1 GiB
 // The kubelet tells the plugin nothing about the pod: a standalone vGPU is named
-// pod uid "standalone-<16 hex digits>", container "vgpu" (directory "standalone-<id>_vgpu").
+// pod uid StandaloneKey(resource, device IDs of its first Allocate) = "standalone-<16 hex
+// digits>", container "vgpu" (directory "standalone-<id>_vgpu"). Derived from the device IDs, the
+// name tells which container holds the vGPU in the kubelet's pod resources list
+// (standalone_lifetime.h), also after a daemon restart.
 inline constexpr char kStandaloneContainerName[] = "vgpu";
 
 enum class StandaloneKind { kMemory, kCompute };
@@ -51,9 +54,13 @@ enum class StandaloneKind { kMemory, kCompute };
 struct StandaloneOptions {
   NodePaths paths;
   std::chrono::milliseconds pairing_window{1000};
-  // Clock and directory-name source; tests replace them.
+  // The two resource names (the key of a grant hashes the name of its first half's resource).
+  std::string memory_resource = "vgpu.io/memory";
+  std::string compute_resource = "vgpu.io/compute";
+  // Clock and pod-uid source; tests replace them.
   std::function<std::chrono::steady_clock::time_point()> now = [] { return std::chrono::steady_clock::now(); };
-  std::function<std::string()> new_key;  // the made-up pod uid; default "standalone-" + 16 random hex digits
+  // The pod uid of a new grant from its first Allocate; default StandaloneKey(resource, ids).
+  std::function<std::string(StandaloneKind kind, const std::vector<std::string>& device_ids)> new_key;
 };
 
 // Units of `kind` a GPU advertises: whole GiB of memory, or 100.

@@ -4,6 +4,7 @@
 
 #include <map>
 
+#include "k8s/standalone_lifetime.h"
 #include "k8s/virtual_devices.h"
 
 namespace vgpu::k8s {
@@ -29,7 +30,7 @@ class StandaloneAllocatorTest : public ::testing::Test {
     StandaloneOptions options;
     options.pairing_window = std::chrono::milliseconds(1000);
     options.now = [this] { return now_; };
-    options.new_key = [this] { return "standalone-" + std::to_string(++keys_); };
+    options.new_key = [this](StandaloneKind, const std::vector<std::string>&) { return "standalone-" + std::to_string(++keys_); };
     allocator_ = std::make_unique<StandaloneAllocator>(options, &store_);
   }
 
@@ -56,6 +57,27 @@ class StandaloneAllocatorTest : public ::testing::Test {
   RecordingStore store_;
   std::unique_ptr<StandaloneAllocator> allocator_;
 };
+
+// Without a key source the pod uid is StandaloneKey of the first half's resource and device IDs,
+// so the kubelet's pod resources list names the container that holds it.
+TEST(StandaloneAllocatorKeyTest, DefaultKeyIsDerivedFromTheFirstHalf) {
+  RecordingStore store;
+  StandaloneOptions options;
+  options.memory_resource = "alnair/vgpu-memory";
+  options.compute_resource = "alnair/vgpu-compute";
+  StandaloneAllocator allocator(options, &store);
+  const std::vector<GpuInfo> gpus = {{"GPU-aaaa", 0, 16 * kGiB, "NVIDIA A100", 0, true}};
+  v1beta1::AllocateRequest request;
+  auto* container = request.add_container_requests();
+  for (int n : {3, 1, 2}) container->add_devices_ids(UnitId(UnitIdStyle::kUuidUnderscore, gpus[0], n));
+  v1beta1::AllocateResponse response;
+  ASSERT_TRUE(allocator.Allocate(StandaloneKind::kCompute, gpus, request, &response).ok);
+  const std::string uid = StandaloneKey("alnair/vgpu-compute", {UnitId(UnitIdStyle::kUuidUnderscore, gpus[0], 1),
+                                                                UnitId(UnitIdStyle::kUuidUnderscore, gpus[0], 2),
+                                                                UnitId(UnitIdStyle::kUuidUnderscore, gpus[0], 3)});
+  EXPECT_EQ(store.prepared.count(uid + "_vgpu"), 1u);
+  EXPECT_EQ(response.container_responses(0).envs().at("VGPU_POD_UID"), uid);
+}
 
 TEST_F(StandaloneAllocatorTest, UnitsPerGpu) {
   EXPECT_EQ(StandaloneUnits(StandaloneKind::kMemory, gpus_[0]), 80);  // whole GiB only

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <set>
 
 #include "ledger/board.h"
@@ -42,6 +43,19 @@ std::string PodAncestor(const std::string& path, const std::string& pod_uid) {
     prefix.resize(slash == 0 ? 1 : slash);
   }
   return "";
+}
+
+// A Kubernetes pod uid: a UUID, or 32 hex digits (static pods). Anything else names no pod cgroup.
+bool LooksLikePodUid(const std::string& uid) {
+  size_t hex = 0;
+  for (char c : uid) {
+    if (std::isxdigit(static_cast<unsigned char>(c))) {
+      ++hex;
+    } else if (c != '-') {
+      return false;
+    }
+  }
+  return hex >= 32;
 }
 
 }  // namespace
@@ -334,7 +348,10 @@ bool Daemon::ContainerGone(const ContainerRecord& r, uint64_t now_unix) const {
     if (!pod.empty() && procfs_.CgroupExists(pod)) return false;  // the container restarted
     return procfs_.FindPodCgroup(r.pod_uid).empty();
   }
-  // Never registered: give the pod time to start, then look for its cgroup.
+  // Never registered: give the pod time to start, then look for its cgroup. Only a Kubernetes pod
+  // uid names a cgroup; a record with any other uid (a standalone grant, "standalone-<id>") is
+  // gone when its mode module releases it.
+  if (!LooksLikePodUid(r.pod_uid)) return false;
   if (now_unix < r.created_unix + static_cast<uint64_t>(config_.orphan_grace_ms / 1000)) return false;
   return procfs_.FindPodCgroup(r.pod_uid).empty();
 }

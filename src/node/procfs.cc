@@ -121,12 +121,21 @@ bool CgroupNamesPod(std::string_view path, std::string_view pod_uid) {
 
 ProcFs::ProcFs(std::string proc_root, std::string cgroup_root)
     : proc_root_(std::move(proc_root)), cgroup_root_(std::move(cgroup_root)) {
-  // v2 (or hybrid with the unified hierarchy mounted at the root): the root itself. v1: one
-  // directory per hierarchy; the ones container runtimes always populate come first.
-  hierarchy_roots_.push_back(cgroup_root_);
-  for (const char* name : {"memory", "pids", "cpu,cpuacct", "cpu", "systemd", "unified"}) {
+  // v1: one directory per hierarchy; the ones container runtimes always populate come first.
+  bool v1_controllers = false;
+  for (const char* name : {"memory", "pids", "cpu,cpuacct", "cpu", "systemd"}) {
     const std::string dir = cgroup_root_ + "/" + name;
-    if (IsDirectory(dir)) hierarchy_roots_.push_back(dir);
+    if (!IsDirectory(dir)) continue;
+    hierarchy_roots_.push_back(dir);
+    if (std::string_view(name) != "systemd") v1_controllers = true;
+  }
+  // v2: the root itself (or <root>/unified). Not on hybrid hosts (v1 controllers, cgroup2 at
+  // <root>/unified, the root a tmpfs of mount points): the kubelet removes a deleted pod's cgroups
+  // from the v1 hierarchies only, and runc's pod directories stay behind, empty, in the unified
+  // one, where they would keep every deleted pod "present".
+  if (!v1_controllers) {
+    hierarchy_roots_.insert(hierarchy_roots_.begin(), cgroup_root_);
+    if (IsDirectory(cgroup_root_ + "/unified")) hierarchy_roots_.push_back(cgroup_root_ + "/unified");
   }
 }
 

@@ -66,7 +66,8 @@ class ProcFs {
   // readlink(<proc_root>/<pid>/ns/<name>), e.g. "mnt:[4026531840]"; "" when unreadable.
   std::string Namespace(int32_t host_pid, const char* name) const;
   // Whether the cgroup directory `path` exists (checked under the unified root on v2, under the
-  // v1 hierarchies otherwise).
+  // v1 hierarchies otherwise; on hybrid hosts the unified hierarchy at <root>/unified is not
+  // consulted: deleted pods leave directories there).
   bool CgroupExists(const std::string& path) const;
   // A cgroup directory (relative path) that names the pod, searched to depth 6; "" when none.
   std::string FindPodCgroup(const std::string& pod_uid) const;

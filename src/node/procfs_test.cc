@@ -86,12 +86,30 @@ TEST(ProcFsTest, CgroupExistenceAndPodSearch) {
   EXPECT_EQ(fs.FindPodCgroup("11111111-2222-3333-4444-555555555555"), "");
 }
 
-TEST(ProcFsTest, CgroupV1HierarchiesAreSearched) {
+TEST(ProcFsTest, EachHierarchyAloneIsSearched) {
+  for (const char* hierarchy : {"memory", "pids", "unified"}) {
+    SCOPED_TRACE(hierarchy);
+    testing::TempDir dir;
+    testing::FakeHost host(dir.path());
+    host.MakeCgroup(std::string("/") + hierarchy + "/kubepods/podx/c");
+    const ProcFs fs(host.proc_root(), host.cgroup_root());
+    EXPECT_TRUE(fs.CgroupExists("/kubepods/podx/c"));
+  }
+}
+
+// Hybrid cgroups (seen on a real kubelet 1.20 with runc 1.1): a deleted pod's directories are gone
+// from the v1 controllers but stay, empty, in the unified hierarchy. Only v1 decides there.
+TEST(ProcFsTest, HybridHostsIgnoreTheUnifiedHierarchy) {
   testing::TempDir dir;
   testing::FakeHost host(dir.path());
-  host.MakeCgroup("/memory/kubepods/podx/c");
+  host.MakeCgroup(std::string("/memory/kubepods/besteffort/pod") + kUid + "/c1");
+  host.MakeCgroup("/unified/kubepods/besteffort/pod11111111-2222-3333-4444-555555555555");
+  host.MakeCgroup(std::string("/unified/kubepods/besteffort/pod") + kUid + "/c1");
   const ProcFs fs(host.proc_root(), host.cgroup_root());
-  EXPECT_TRUE(fs.CgroupExists("/kubepods/podx/c"));
+  EXPECT_TRUE(fs.CgroupExists(std::string("/kubepods/besteffort/pod") + kUid + "/c1"));
+  EXPECT_FALSE(fs.CgroupExists("/kubepods/besteffort/pod11111111-2222-3333-4444-555555555555"));
+  EXPECT_EQ(fs.FindPodCgroup("11111111-2222-3333-4444-555555555555"), "");
+  EXPECT_EQ(fs.FindPodCgroup(kUid), std::string("/kubepods/besteffort/pod") + kUid);
 }
 
 TEST(ProcFsTest, RealProcOfThisProcess) {

@@ -11,8 +11,8 @@ What is checked (each a separate, named failure):
   - RBAC: the ClusterRole grants exactly the (verb, resource) pairs of src/k8s/api_access.h in
     the modes that use the API, and no RBAC object exists in standalone mode;
   - hostPath mounts match what Allocate hands out: state_dir, the kubelet's device plugin dir,
-    the directory of library_path / preload_path (defaults in src/k8s), the host cgroup tree; the
-    init step writes ld.so.preload naming the container library path of src/k8s/container_grant.h;
+    the directory of library_path / preload_path (defaults in src/k8s), the host cgroup tree, in
+    standalone mode the directory of the kubelet's pod resources socket; the init step writes ld.so.preload naming the container library path of src/k8s/container_grant.h;
   - scheduler sides agree with node.conf (HAMi chart values; Volcano's device ConfigMap and
     scheduler arguments);
   - docs/quickstart.md lists, per mode, exactly the objects its commands create.
@@ -71,7 +71,7 @@ def code_facts():
     plugin_cc = read("src/k8s/plugin_config.cc")
     facts["plugin_keys"] = set(re.findall(r'key == "([a-z_]+)"', plugin_cc))
     plugin_h = read("src/k8s/plugin_config.h")
-    for name in ("device_plugin_dir", "hami_resource", "volcano_number_resource", "volcano_memory_resource",
+    for name in ("device_plugin_dir", "pod_resources_socket", "hami_resource", "volcano_number_resource", "volcano_memory_resource",
                  "volcano_cores_resource", "standalone_memory_resource", "standalone_compute_resource"):
         m = re.search(r'std::string %s = "([^"]+)"' % name, plugin_h)
         facts[name] = m.group(1) if m else None
@@ -198,6 +198,13 @@ def check_overlay(mode, objects, facts, image, base_conf):
     host, _ = host_path_of(daemon, plugin_dir)
     if host != plugin_dir:
         fail("%s: the daemon must mount host %s at the same path; found %r" % (where, plugin_dir, host))
+    if mode == "standalone":
+        # Which containers still hold a grant's devices (the kubelet's pod resources API).
+        socket_dir = os.path.dirname(setting(mode + ".pod_resources_socket", facts["pod_resources_socket"]))
+        host, _ = host_path_of(daemon, socket_dir)
+        if host != socket_dir:
+            fail("%s: the daemon must mount host %s (the kubelet's pod resources socket) at the same path; found %r"
+                 % (where, socket_dir, host))
     library = setting(mode + ".library_path", facts["paths.library"])
     preload = setting(mode + ".preload_path", facts["paths.preload_file"])
     if os.path.dirname(library) != os.path.dirname(preload):

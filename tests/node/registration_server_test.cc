@@ -5,7 +5,8 @@
 //     keeps serving;
 //   - a process outside the claimed container's cgroup is refused;
 //   - SIGTERM stops it cleanly; a restart rebuilds its state from the ledgers on disk;
-//   - a container whose cgroup is gone and whose processes are dead is removed;
+//   - a container whose cgroup is gone and whose processes are dead is removed; orphan_grace
+//     removes never-registered pods but not standalone grants;
 //   - node-wide queries are answered only to host processes;
 //   - the daemon creates the node-wide compute board; a non-root container process can charge
 //     its ledger (the first one becomes its owner).
@@ -442,6 +443,22 @@ TEST_F(RegistrationServerTest, AGoneContainerIsRemovedOnceItsProcessesAreDead) {
   EXPECT_TRUE(WaitFor(3000, [&] { return lstat((state() + "/containers/jobB_main").c_str(), &st) != 0; })) << daemon->log();
   EXPECT_EQ(MetricValue(daemon->Metrics(), "vgpu_containers_removed_total"), 2);
   EXPECT_NE(daemon->log().find("removed container directory"), std::string::npos);
+}
+
+// A Kubernetes container that never registered is removed once orphan_grace has passed without a
+// cgroup of its pod; a standalone grant (its pod uid is no Kubernetes uid, so it names no cgroup)
+// stays until its mode module releases it, also long after orphan_grace.
+TEST_F(RegistrationServerTest, OrphanGraceRemovesPodsNeverSeenButNotStandaloneGrants) {
+  const std::string never_seen = "1b4e28ba-2fa1-11d2-883f-0016d3cca427";
+  AddContainer(never_seen, "main");
+  AddContainer("standalone-85faaee06c5721be", "vgpu");
+  auto daemon = StartDaemon({"--scan-interval=100ms", "--orphan-grace=1s"});
+  struct stat st;
+  EXPECT_TRUE(WaitFor(5000, [&] { return lstat((state() + "/containers/" + never_seen + "_main").c_str(), &st) != 0; }))
+      << daemon->log();
+  usleep(1500000);
+  EXPECT_EQ(lstat((state() + "/containers/standalone-85faaee06c5721be_vgpu").c_str(), &st), 0)
+      << "a standalone grant was removed by the orphan rule\n" << daemon->log();
 }
 
 TEST_F(RegistrationServerTest, QueriesAreForHostProcessesOnly) {
