@@ -400,12 +400,7 @@ int ReclaimDeadSlots(File* file, LivenessFn alive, uint64_t now_ns) {
     }
     // Spilled bytes are host memory: no device limit waits for the driver's teardown of them.
     const uint32_t count = std::min<uint32_t>(h.device_count, kLedgerMaxDevices);
-    for (uint32_t d = 0; d < count; ++d) {
-      const uint64_t spilled_here = Load(p.spilled[d]);
-      const uint64_t spilled = Load(file->devices[d].spilled);
-      Store(file->devices[d].spilled, spilled >= spilled_here ? spilled - spilled_here : 0);
-      Store(p.spilled[d], 0);
-    }
+    for (uint32_t d = 0; d < count; ++d) GiveBack(SpillBudget(file, s, static_cast<int>(d)), Load(p.spilled[d]));
     p.drain_since_ns = std::max<uint64_t>(now_ns, 1);
     p.drain_confirmed = 0;
     p.state = format::kSlotDraining;
