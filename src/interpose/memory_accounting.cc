@@ -337,6 +337,16 @@ bool NvmlProcesses(State& s, int device, std::vector<ledger::Ledger::DriverProce
   return false;
 }
 
+// Reads NVML's list for `device` into *processes and hands it to the ledger: what the
+// container's processes hold beyond their charges, and which dead ones the driver let go
+// (Ledger::ApplyDriverView). false when NVML cannot answer.
+bool ReadDriverView(State& s, int device, std::vector<ledger::Ledger::DriverProcess>* processes) {
+  uint64_t read_at = 0;
+  if (!NvmlProcesses(s, device, processes, &read_at)) return false;
+  s.ledger->ApplyDriverView(device, processes->data(), static_cast<int>(processes->size()), read_at);
+  return true;
+}
+
 // This process's figure in an NVML list (0: no context on the device yet).
 int64_t OwnUsage(const std::vector<ledger::Ledger::DriverProcess>& processes) {
   const int32_t pid = registration::HostPid();  // NVML lists host pids
@@ -388,8 +398,7 @@ bool Reconcile(int device, bool after_context) {
   const int slot = s.slot.load(std::memory_order_relaxed);
   const uint64_t visible_before = VisibleCharge(s, slot, device);
   std::vector<ledger::Ledger::DriverProcess> processes;
-  uint64_t read_at = 0;
-  if (!NvmlProcesses(s, device, &processes, &read_at)) return false;
+  if (!ReadDriverView(s, device, &processes)) return false;
   const int64_t used = OwnUsage(processes);
   const uint64_t visible = std::min(visible_before, VisibleCharge(s, slot, device));
   uint64_t overhead = static_cast<uint64_t>(used) > visible ? static_cast<uint64_t>(used) - visible : 0;
@@ -398,19 +407,13 @@ bool Reconcile(int device, bool after_context) {
   }
   overhead = std::max(overhead, s.overhead_floor[device].load(std::memory_order_relaxed));
   s.ledger->SetOverhead(slot, device, overhead);
-  // The rest of the list: the container's other processes and its dead ones.
-  s.ledger->ApplyDriverView(device, processes.data(), static_cast<int>(processes.size()), read_at);
   return true;
 }
 
 void RefreshFromDriver(int device) {
-  State& s = S();
   if (device < 0) return;
   std::vector<ledger::Ledger::DriverProcess> processes;
-  uint64_t read_at = 0;
-  if (NvmlProcesses(s, device, &processes, &read_at)) {
-    s.ledger->ApplyDriverView(device, processes.data(), static_cast<int>(processes.size()), read_at);
-  }
+  ReadDriverView(S(), device, &processes);
 }
 
 bool ReserveContext(int ordinal, bool new_memory, ContextCharge* charge) {
