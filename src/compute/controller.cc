@@ -91,8 +91,8 @@ bool Controller::Running() const {
 // A run: once the debt is paid (within admit_ahead_ns) and the GPU's turn is free, every launch
 // of the process is admitted for share x period of wall time, whatever its stream or thread, so
 // its kernels overlap as they do natively; then it rests until the debt is paid again. A run
-// ends early when the debt passes twice what a saturating run leaves, (1 - share) x period: the
-// charges of a single long kernel or graph stop it.
+// ends early when the debt passes eight times what a saturating run leaves, (1 - share) x period
+// (plus admit_ahead_ns): the charges of a single long kernel or graph stop it.
 int64_t Controller::RunDelayNs(int64_t now, int64_t debt) {
   const int32_t rate = CurrentRatePpm();
   const int64_t end = run_end_ns_.load(kRelaxed);
@@ -159,7 +159,7 @@ int64_t Controller::TurnDelayNs(int64_t now) {
     turn_wait_since_.store(now, kRelaxed);
     since = now;
   }
-  // With slices, a neighbour's run lasts its share of its period: wait for it whole (runs that
+  // With runs, a neighbour's run lasts its share of its period: wait for it whole (runs that
   // overlap time-slice, and each one's events then count the other's work).
   const int64_t max_wait = Running() ? std::max(options_.max_turn_wait_ns, options_.period_ns)
                                      : options_.max_turn_wait_ns;
