@@ -104,6 +104,13 @@ CUresult hook_cuCtxSynchronize() {
   return Synchronizing([&] { return real(); });
 }
 
+// The limiter marks the streams of the current context (as for cuCtxSynchronize); a context other
+// than the current one is synchronised without marks, which only delays its next reading.
+CUresult hook_cuCtxSynchronize_v2(CUcontext ctx) {
+  VGPU_REAL_OR_MISSING(cuCtxSynchronize_v2)
+  return Synchronizing([&] { return real(ctx); });
+}
+
 CUresult hook_cuEventSynchronize(CUevent hEvent) {
   VGPU_REAL_OR_MISSING(cuEventSynchronize)
   return Synchronizing([&] { return real(hEvent); });
@@ -111,6 +118,12 @@ CUresult hook_cuEventSynchronize(CUevent hEvent) {
 
 CUresult hook_cuStreamDestroy_v2(CUstream hStream) {
   VGPU_REAL_OR_MISSING(cuStreamDestroy_v2)
+  compute_limit::OnStreamDestroyed(hStream);
+  return real(hStream);
+}
+
+CUresult hook_cuStreamDestroy(CUstream hStream) {  // the ABI before CUDA 4.0
+  VGPU_REAL_OR_MISSING(cuStreamDestroy)
   compute_limit::OnStreamDestroyed(hStream);
   return real(hStream);
 }

@@ -1,6 +1,5 @@
-// Launch and synchronisation entry points besides the current ones (handlers_launch.cc): the
-// deprecated launches the driver still exports, and the other ABIs of cuCtxSynchronize and
-// cuStreamDestroy. GATED like the others: they run only while a compute limit is enabled.
+// The deprecated launches the driver still exports, besides the current ones (handlers_launch.cc).
+// GATED like the others: they run only while a compute limit is enabled.
 //
 // cuLaunch and cuLaunchGrid run on the legacy default stream (stream 0, never the per-thread one:
 // they have no _ptsz variant). cuLaunchCooperativeKernelMultiDevice launches one kernel per entry,
@@ -66,24 +65,6 @@ CUresult hook_cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS* launchPar
   const CUresult result = real(launchParamsList, numDevices, flags);
   for (auto& guard : guards) guard->Finish(result);
   return result;
-}
-
-CUresult hook_cuCtxSynchronize_v2(CUcontext ctx) {
-  auto real = RealCudaAs<Pfn_cuCtxSynchronize_v2>(kHook_cuCtxSynchronize_v2);
-  if (real == nullptr) return MissingCudaEntry(kHook_cuCtxSynchronize_v2);
-  // The limiter marks the streams of the current context (as for cuCtxSynchronize); a context
-  // other than the current one is synchronised without marks, which only delays its next reading.
-  compute_limit::BeforeSynchronize();
-  const CUresult result = real(ctx);
-  compute_limit::AfterSynchronize();
-  return result;
-}
-
-CUresult hook_cuStreamDestroy(CUstream hStream) {
-  auto real = RealCudaAs<Pfn_cuStreamDestroy>(kHook_cuStreamDestroy);
-  if (real == nullptr) return MissingCudaEntry(kHook_cuStreamDestroy);
-  compute_limit::OnStreamDestroyed(hStream);
-  return real(hStream);
 }
 
 }  // namespace vgpu::hooks
