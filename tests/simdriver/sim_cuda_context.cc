@@ -148,8 +148,7 @@ void TeardownContext(Context* ctx) {
   auto& allocations = Rt().allocations;
   for (auto it = allocations.begin(); it != allocations.end();) {
     if (it->second.kind == AllocKind::kDevice && it->second.ctx == ctx) {
-      if (it->second.packed) ReleaseSmall(it->second.device, it->second.size);
-      State().Uncharge(it->second.device, DeviceBytes(it->second));
+      UnchargeAllocation(it->second);
       ReleaseAddress(it->first);
       it = allocations.erase(it);
     } else {
@@ -161,9 +160,7 @@ void TeardownContext(Context* ctx) {
   DeleteHandlesIf(HandleType::kModule, [&](const void* h) {
     const auto* module = static_cast<const Module*>(h);
     if (module->ctx != ctx) return false;
-    State().Uncharge(ctx->device, module->charged);
-    UnchargeLazy(module);
-    for (const auto& [name, function] : module->functions) Rt().handles.erase(function.get());
+    ReleaseModule(module);
     return true;
   });
   for (auto kind : {HandleType::kArray, HandleType::kMipmappedArray}) {

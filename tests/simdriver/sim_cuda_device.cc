@@ -99,7 +99,6 @@ CUresult Init(unsigned int flags) {
   Rt().default_pool.assign(count, nullptr);
   Rt().pool_setup.assign(count, false);
   Rt().small_bytes.assign(count, 0);
-  Rt().small_pages.assign(count, 0);
   Rt().graph_mem_used.assign(count, 0);
   Rt().graph_mem_high.assign(count, 0);
   Rt().initialized = true;

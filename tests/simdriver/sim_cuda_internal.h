@@ -105,9 +105,7 @@ struct Allocation {
 };
 
 // Device bytes an allocation holds (0 for managed memory on the host).
-inline uint64_t DeviceBytes(const Allocation& allocation) {
-  return allocation.resident && !allocation.packed ? allocation.size : 0;
-}
+inline uint64_t DeviceBytes(const Allocation& allocation) { return allocation.resident ? allocation.size : 0; }
 
 struct Pool {
   int device = 0;
@@ -182,9 +180,8 @@ struct Runtime {
   std::vector<bool> pool_setup;      // per physical device: VGPU_SIM_POOL_SETUP_MEMORY charged
   // Small allocations (at most half the granularity) share pages, as the driver packs them (an
   // H200 put 64 x 4 KiB in one 2 MiB page, two 1 MiB in one): per physical device, the bytes of
-  // live small allocations and the pages charged for them (enough to hold them, no gaps).
+  // live small allocations; the pages charged for them are enough to hold them, no gaps.
   std::vector<uint64_t> small_bytes;
-  std::vector<uint64_t> small_pages;
   std::map<CUmemGenericAllocationHandle, VmmHandle> vmm_handles;
   CUmemGenericAllocationHandle next_vmm_handle = 0x1000;
   std::map<CUdeviceptr, uint64_t> reservations;   // VMM address reservations
@@ -267,10 +264,12 @@ CUresult AllocDevice(Context* ctx, uint64_t bytes, bool low32, CUdeviceptr* out)
 // device (charged like device memory); CU_MEM_ATTACH_HOST memory starts on the host (not charged).
 CUresult AllocManaged(Context* ctx, uint64_t bytes, unsigned flags, CUdeviceptr* out);
 CUresult FreeDevice(CUdeviceptr dptr);
-// Returns a packed (small) allocation's bytes; uncharges the pages no longer needed.
-void ReleaseSmall(int device, uint64_t bytes);
-// Unloading a module or a library: releases what its functions' first launches charged.
-void UnchargeLazy(const Module* module);
+// Returns a device allocation's memory (a packed one's pages once no small allocation needs them).
+void UnchargeAllocation(const Allocation& allocation);
+// Unloading a module or a library (or its context's teardown): returns its memory and what its
+// functions' first launches charged, and drops its functions' handles; the caller deletes the
+// module's own handle. REQUIRES: Runtime::mu held.
+void ReleaseModule(const Module* module);
 
 // Pools (sim_cuda_pool.cc).
 Pool* DefaultPool(int device);

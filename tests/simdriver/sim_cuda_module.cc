@@ -26,23 +26,23 @@ CUresult LoadModule(CUmodule* module_out, const void* image) {
   return CUDA_SUCCESS;
 }
 
-// Frees a module or library and its functions. REQUIRES: Runtime::mu held.
-void UnloadModule(Module* module) {
-  if (module->ctx != nullptr && module->charged > 0) State().Uncharge(module->ctx->device, module->charged);
-  UnchargeLazy(module);
-  for (const auto& [name, function] : module->functions) Rt().handles.erase(function.get());
-  DeleteHandle(module);
-}
-
 }  // namespace
 
-void UnchargeLazy(const Module* module) {
+void ReleaseModule(const Module* module) {
+  if (module->ctx != nullptr && module->charged > 0) State().Uncharge(module->ctx->device, module->charged);
   for (const auto& [name, function] : module->functions) {
     if (function->lazy_charged > 0) State().Uncharge(function->lazy_device, function->lazy_charged);
+    Rt().handles.erase(function.get());
   }
 }
 
 namespace {
+
+// Frees a module or library and its functions. REQUIRES: Runtime::mu held.
+void UnloadModule(Module* module) {
+  ReleaseModule(module);
+  DeleteHandle(module);
+}
 
 Function* FunctionOf(Module* module, const char* name) {
   auto& slot = module->functions[name];

@@ -197,22 +197,29 @@ uint64_t PagesFor(uint64_t bytes) { return (bytes + Cfg().granularity - 1) / Cfg
 
 // Charges the pages that small allocations of `bytes` more need.
 bool ChargeSmall(int device, uint64_t bytes) {
-  const uint64_t pages = PagesFor(Rt().small_bytes[device] + bytes);
-  const uint64_t more = pages - Rt().small_pages[device];
+  uint64_t& small = Rt().small_bytes[device];
+  const uint64_t more = PagesFor(small + bytes) - PagesFor(small);
   if (more > 0 && !State().TryCharge(device, more * Cfg().granularity)) return false;
-  Rt().small_bytes[device] += bytes;
-  Rt().small_pages[device] = pages;
+  small += bytes;
   return true;
+}
+
+// Returns small allocations' bytes; uncharges the pages no longer needed.
+void ReleaseSmall(int device, uint64_t bytes) {
+  uint64_t& small = Rt().small_bytes[device];
+  const uint64_t before = PagesFor(small);
+  small -= std::min(bytes, small);
+  const uint64_t after = PagesFor(small);
+  if (after < before) State().Uncharge(device, (before - after) * Cfg().granularity);
 }
 
 }  // namespace
 
-void ReleaseSmall(int device, uint64_t bytes) {
-  Rt().small_bytes[device] -= std::min(bytes, Rt().small_bytes[device]);
-  const uint64_t pages = PagesFor(Rt().small_bytes[device]);
-  if (pages < Rt().small_pages[device]) {
-    State().Uncharge(device, (Rt().small_pages[device] - pages) * Cfg().granularity);
-    Rt().small_pages[device] = pages;
+void UnchargeAllocation(const Allocation& allocation) {
+  if (allocation.packed) {
+    ReleaseSmall(allocation.device, allocation.size);
+  } else {
+    State().Uncharge(allocation.device, DeviceBytes(allocation));
   }
 }
 
@@ -249,8 +256,7 @@ CUresult FreeDevice(CUdeviceptr dptr) {
     PoolFree(dptr);
     return CUDA_SUCCESS;
   }
-  if (it->second.packed) ReleaseSmall(it->second.device, it->second.size);
-  State().Uncharge(it->second.device, DeviceBytes(it->second));
+  UnchargeAllocation(it->second);
   Rt().allocations.erase(it);
   ReleaseAddress(dptr);
   return CUDA_SUCCESS;

@@ -230,8 +230,6 @@ SharedState* SharedState::Open(const Config& config, std::string* error) {
       for (auto& proc : file->processes) {
         if (proc.pid != 0 && proc.pid != ::getpid()) std::memset(&proc, 0, sizeof proc);
       }
-    }
-    if (!anyone_alive) {
       ResetGeometry(file, config);
     } else {
       bool same = static_cast<int>(file->device_count) == config.device_count;
@@ -280,14 +278,13 @@ void SharedState::ReapLocked() {
   }
 }
 
-bool SharedState::ExpireDeadLocked(layout::ProcessRecord& proc) {
+void SharedState::ExpireDeadLocked(layout::ProcessRecord& proc) {
   if (teardown_ns_ > 0) {
     const uint64_t now = NowNs();
     if (proc.dead_since_ns == 0) proc.dead_since_ns = now;
-    if (now - proc.dead_since_ns < teardown_ns_) return false;
+    if (now - proc.dead_since_ns < teardown_ns_) return;
   }
   std::memset(&proc, 0, sizeof proc);
-  return true;
 }
 
 uint64_t SharedState::UsedLocked(int dev) const {

@@ -159,8 +159,8 @@ class VGPU_SIM_API SharedState {
   class Lock;
   SharedState(layout::StateFile* file, int slot, uint64_t teardown_ns);
   // Clears a dead process's record once its teardown time has passed (starting the clock at the
-  // first call that finds it dead). Returns whether the record was cleared.
-  bool ExpireDeadLocked(layout::ProcessRecord& proc);
+  // first call that finds it dead).
+  void ExpireDeadLocked(layout::ProcessRecord& proc);
 
   void ReapLocked();
   uint64_t UsedLocked(int dev) const;
