@@ -86,10 +86,6 @@ def get(kind, name=None, namespace=None, check=True):
     return json.loads(out)
 
 
-def apply_object(obj):
-    return kubectl("apply", "-f", "-", input=json.dumps(obj))
-
-
 def create_object(obj):
     return kubectl("create", "-f", "-", input=json.dumps(obj))
 
