@@ -81,6 +81,10 @@ class SchedulerMode:
                               lambda: (lambda v: v if v not in (None, "allocating") else None)(
                                   e2e.annotations(e2e.pod(pod_name)).get(self.bind_phase)))
 
+    def remaining_devices(self, value):
+        """The entries of a devices annotation (both protocols separate them with ';')."""
+        return [entry for entry in value.split(";") if entry]
+
     # -- tests ----------------------------------------------------------------------------------
 
     def test_01_node_registration(self):
@@ -264,9 +268,6 @@ class Hami(SchedulerMode, unittest.TestCase):
     def expected_mib(self, memory):
         return memory
 
-    def remaining_devices(self, value):
-        return [entry for entry in value.split(";") if entry]
-
     def test_05_containers_take_their_entries_in_order(self):
         uuids = [uuid for uuid, _ in self.gpus()]
         second = uuids[1] if len(uuids) > 1 else uuids[0]
@@ -330,9 +331,6 @@ class Volcano(SchedulerMode, unittest.TestCase):
 
     def expected_mib(self, memory):
         return -(-memory // self.memory_factor) * self.memory_factor
-
-    def remaining_devices(self, value):
-        return [entry for entry in value.split(";") if entry]
 
     def test_05_allocatable_lists_the_three_resources(self):
         gpus = self.gpus()
