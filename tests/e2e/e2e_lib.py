@@ -211,9 +211,11 @@ class Overlay:
 
     def delete(self):
         kubectl("delete", "-k", self.dir, "--ignore-not-found", "--wait=true", timeout=300)
-        wait_until("vgpu-node pods gone", 180,
-                   lambda: not get("pods", namespace=NAMESPACE, check=False) or
-                   not get("pods", namespace=NAMESPACE, check=False)["items"])
+
+        def gone():
+            pods = get("pods", namespace=NAMESPACE, check=False)
+            return not pods or not pods["items"]
+        wait_until("vgpu-node pods gone", 180, gone)
 
 
 def daemon_pod(node):
