@@ -349,6 +349,13 @@ def workload_pod(name, resources, *, annotations=None, scheduler_name=None, cont
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
 
 
+def unscheduled_pod(name):
+    """A pod spec without resources that is never scheduled (no scheduler has its schedulerName)."""
+    spec = workload_pod(name, {}, scheduler_name="vgpu-e2e-nobody")
+    spec["spec"]["containers"][0].pop("resources")
+    return spec
+
+
 def pod(name):
     return get("pod", name, CONFIG.test_namespace)
 

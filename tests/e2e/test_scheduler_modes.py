@@ -205,9 +205,7 @@ class SchedulerMode:
         # patch whose resourceVersion is no longer current (409, nothing written) and applies the
         # current one.
         name = f"{self.mode}-guard"
-        spec = e2e.workload_pod(name, {}, scheduler_name="vgpu-e2e-nobody")
-        spec["spec"]["containers"][0].pop("resources")
-        e2e.create_object(spec)
+        e2e.create_object(e2e.unscheduled_pod(name))
         api = e2e.RawApi(e2e.service_account_token(e2e.NAMESPACE, "vgpu-node"))
         path = f"/api/v1/namespaces/{CONFIG.test_namespace}/pods/{name}"
         try:
