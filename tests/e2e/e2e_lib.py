@@ -540,6 +540,11 @@ def service_account_token(namespace, name, seconds=600):
     return json.loads(out)["status"]["token"]
 
 
+def node_account_api():
+    """A RawApi with a token of vgpu-node's service account: the API access the daemon has."""
+    return RawApi(service_account_token(NAMESPACE, "vgpu-node"))
+
+
 def deploy_overlay(cls, mode, extra_env=None):
     """setUpClass of a test class that runs against one overlay: the node labelled, an empty test
     namespace, the overlay applied (with extra daemon environment), vgpu-node Ready. Sets

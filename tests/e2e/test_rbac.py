@@ -27,7 +27,7 @@ class Rbac(unittest.TestCase):
         e2e.deploy_overlay(cls, "hami")
         # A pod to read and patch; it is never scheduled (no scheduler has this name).
         e2e.create_object(e2e.unscheduled_pod("rbac-target"))
-        cls.api = e2e.RawApi(e2e.service_account_token(e2e.NAMESPACE, "vgpu-node"))
+        cls.api = e2e.node_account_api()
 
     @classmethod
     def tearDownClass(cls):

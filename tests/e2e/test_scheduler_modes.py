@@ -206,7 +206,7 @@ class SchedulerMode:
         # current one.
         name = f"{self.mode}-guard"
         e2e.create_object(e2e.unscheduled_pod(name))
-        api = e2e.RawApi(e2e.service_account_token(e2e.NAMESPACE, "vgpu-node"))
+        api = e2e.node_account_api()
         path = f"/api/v1/namespaces/{CONFIG.test_namespace}/pods/{name}"
         try:
             status, first = api.request("GET", path)
