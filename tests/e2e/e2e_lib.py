@@ -520,15 +520,7 @@ class RawApi:
 
 def apiserver_counter(name, **labels):
     """Sum of an API server metric's samples whose labels include `labels` (kubectl get --raw /metrics)."""
-    total = 0.0
-    for line in kubectl("get", "--raw", "/metrics").splitlines():
-        if not line.startswith(name + "{"):
-            continue
-        label_text, _, value = line[len(name) + 1:].rpartition("} ")
-        found = dict(part.split("=", 1) for part in label_text.split(",") if "=" in part)
-        if all(found.get(k) == f'"{v}"' for k, v in labels.items()):
-            total += float(value)
-    return total
+    return sum(metric_values(kubectl("get", "--raw", "/metrics"), name, **labels), 0.0)
 
 
 def service_account_token(namespace, name, seconds=600):
