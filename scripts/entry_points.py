@@ -57,7 +57,6 @@ CLASSES = [
           r"|cuExternalMemoryGetMapped\w+|cuMemRetainAllocationHandle"),
 ]
 PASS_THROUGH = Class("pass", "pass through (no effect on the limits)", False, r"")
-CLASS_BY_KEY = {c.key: c for c in CLASSES + [PASS_THROUGH]}
 
 _SUFFIXES = re.compile(r"(_v\d+)?(_pt(sz|ds))?$")
 

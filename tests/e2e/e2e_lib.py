@@ -86,10 +86,6 @@ def get(kind, name=None, namespace=None, check=True):
     return json.loads(out)
 
 
-def apply_object(obj):
-    return kubectl("apply", "-f", "-", input=json.dumps(obj))
-
-
 def create_object(obj):
     return kubectl("create", "-f", "-", input=json.dumps(obj))
 
@@ -215,9 +211,11 @@ class Overlay:
 
     def delete(self):
         kubectl("delete", "-k", self.dir, "--ignore-not-found", "--wait=true", timeout=300)
-        wait_until("vgpu-node pods gone", 180,
-                   lambda: not get("pods", namespace=NAMESPACE, check=False) or
-                   not get("pods", namespace=NAMESPACE, check=False)["items"])
+
+        def gone():
+            pods = get("pods", namespace=NAMESPACE, check=False)
+            return not pods or not pods["items"]
+        wait_until("vgpu-node pods gone", 180, gone)
 
 
 def daemon_pod(node):
@@ -349,6 +347,13 @@ def workload_pod(name, resources, *, annotations=None, scheduler_name=None, cont
     if annotations:
         metadata["annotations"] = annotations
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
+
+
+def unscheduled_pod(name):
+    """A pod spec without resources that is never scheduled (no scheduler has its schedulerName)."""
+    spec = workload_pod(name, {}, scheduler_name="vgpu-e2e-nobody")
+    spec["spec"]["containers"][0].pop("resources")
+    return spec
 
 
 def pod(name):
@@ -515,15 +520,7 @@ class RawApi:
 
 def apiserver_counter(name, **labels):
     """Sum of an API server metric's samples whose labels include `labels` (kubectl get --raw /metrics)."""
-    total = 0.0
-    for line in kubectl("get", "--raw", "/metrics").splitlines():
-        if not line.startswith(name + "{"):
-            continue
-        label_text, _, value = line[len(name) + 1:].rpartition("} ")
-        found = dict(part.split("=", 1) for part in label_text.split(",") if "=" in part)
-        if all(found.get(k) == f'"{v}"' for k, v in labels.items()):
-            total += float(value)
-    return total
+    return sum(metric_values(kubectl("get", "--raw", "/metrics"), name, **labels), 0.0)
 
 
 def service_account_token(namespace, name, seconds=600):
@@ -533,6 +530,11 @@ def service_account_token(namespace, name, seconds=600):
     out = kubectl("create", "--raw", f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token", "-f", "-",
                   input=json.dumps(request))
     return json.loads(out)["status"]["token"]
+
+
+def node_account_api():
+    """A RawApi with a token of vgpu-node's service account: the API access the daemon has."""
+    return RawApi(service_account_token(NAMESPACE, "vgpu-node"))
 
 
 def deploy_overlay(cls, mode, extra_env=None):

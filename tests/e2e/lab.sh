@@ -253,19 +253,17 @@ teardown_network() {
 # kubelet's KUBE-FIREWALL, KUBE-MARK-* and the canaries): the jumps to them from the built-in
 # chains, then the chains. Nothing but the lab's kubelet and kube-proxy makes KUBE-* chains here.
 remove_kube_chains() {
-  local tool table rule chain
+  local tool table rule chain chains
   for tool in iptables ip6tables; do
     command -v "$tool" >/dev/null || continue
     for table in filter nat mangle; do
       "$tool" -t "$table" -S >/dev/null 2>&1 || continue
       "$tool" -t "$table" -S 2>/dev/null | grep -E '^-A (INPUT|OUTPUT|FORWARD|PREROUTING|POSTROUTING) .*-j KUBE-' |
         sed 's/^-A/-D/' | while read -r rule; do eval "$tool -t $table $rule" 2>/dev/null || true; done
-      for chain in $("$tool" -t "$table" -S 2>/dev/null | awk '$1 == "-N" && $2 ~ /^KUBE-/ {print $2}'); do
-        "$tool" -t "$table" -F "$chain" 2>/dev/null || true
-      done
-      for chain in $("$tool" -t "$table" -S 2>/dev/null | awk '$1 == "-N" && $2 ~ /^KUBE-/ {print $2}'); do
-        "$tool" -t "$table" -X "$chain" 2>/dev/null || true
-      done
+      # Every chain flushed before any is deleted (a chain a rule still jumps to cannot be).
+      chains=$("$tool" -t "$table" -S 2>/dev/null | awk '$1 == "-N" && $2 ~ /^KUBE-/ {print $2}') || true
+      for chain in $chains; do "$tool" -t "$table" -F "$chain" 2>/dev/null || true; done
+      for chain in $chains; do "$tool" -t "$table" -X "$chain" 2>/dev/null || true; done
     done
   done
 }

@@ -26,10 +26,8 @@ class Rbac(unittest.TestCase):
     def setUpClass(cls):
         e2e.deploy_overlay(cls, "hami")
         # A pod to read and patch; it is never scheduled (no scheduler has this name).
-        target = e2e.workload_pod("rbac-target", {}, scheduler_name="vgpu-e2e-nobody")
-        target["spec"]["containers"][0].pop("resources")
-        e2e.create_object(target)
-        cls.api = e2e.RawApi(e2e.service_account_token(e2e.NAMESPACE, "vgpu-node"))
+        e2e.create_object(e2e.unscheduled_pod("rbac-target"))
+        cls.api = e2e.node_account_api()
 
     @classmethod
     def tearDownClass(cls):

@@ -81,6 +81,10 @@ class SchedulerMode:
                               lambda: (lambda v: v if v not in (None, "allocating") else None)(
                                   e2e.annotations(e2e.pod(pod_name)).get(self.bind_phase)))
 
+    def remaining_devices(self, value):
+        """The entries of a devices annotation (both protocols separate them with ';')."""
+        return [entry for entry in value.split(";") if entry]
+
     # -- tests ----------------------------------------------------------------------------------
 
     def test_01_node_registration(self):
@@ -201,10 +205,8 @@ class SchedulerMode:
         # patch whose resourceVersion is no longer current (409, nothing written) and applies the
         # current one.
         name = f"{self.mode}-guard"
-        spec = e2e.workload_pod(name, {}, scheduler_name="vgpu-e2e-nobody")
-        spec["spec"]["containers"][0].pop("resources")
-        e2e.create_object(spec)
-        api = e2e.RawApi(e2e.service_account_token(e2e.NAMESPACE, "vgpu-node"))
+        e2e.create_object(e2e.unscheduled_pod(name))
+        api = e2e.node_account_api()
         path = f"/api/v1/namespaces/{CONFIG.test_namespace}/pods/{name}"
         try:
             status, first = api.request("GET", path)
@@ -263,9 +265,6 @@ class Hami(SchedulerMode, unittest.TestCase):
 
     def expected_mib(self, memory):
         return memory
-
-    def remaining_devices(self, value):
-        return [entry for entry in value.split(";") if entry]
 
     def test_05_containers_take_their_entries_in_order(self):
         uuids = [uuid for uuid, _ in self.gpus()]
@@ -330,9 +329,6 @@ class Volcano(SchedulerMode, unittest.TestCase):
 
     def expected_mib(self, memory):
         return -(-memory // self.memory_factor) * self.memory_factor
-
-    def remaining_devices(self, value):
-        return [entry for entry in value.split(";") if entry]
 
     def test_05_allocatable_lists_the_three_resources(self):
         gpus = self.gpus()

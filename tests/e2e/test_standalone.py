@@ -175,7 +175,7 @@ class Standalone(unittest.TestCase):
         out = e2e.daemon_exec(self.daemon, "/bin/sh", "-c",
                               "ls /var/run/secrets/kubernetes.io/serviceaccount 2>&1 || true")
         self.assertIn("No such file or directory", out)
-        api = e2e.RawApi(e2e.service_account_token(e2e.NAMESPACE, "vgpu-node"))
+        api = e2e.node_account_api()
         status, answer = api.request("GET", f"/api/v1/nodes/{self.node}")
         api.close()
         self.assertEqual(status, 403, answer)
