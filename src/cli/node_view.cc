@@ -64,9 +64,8 @@ NodeView CollectNodeView(const NodeViewOptions& options) {
     wire::QueryReply reply;
     if (!x.ok()) {
       view.note = x.error;
-    } else if (x.header.version != wire::kWireVersion) {
-      view.note = "vgpu-node at " + view.socket + " answered with protocol version " + std::to_string(x.header.version) +
-                  " (this vgpu speaks " + std::to_string(wire::kWireVersion) + ")";
+    } else if (const std::string other = wire::VersionMismatch(x.header, "vgpu"); !other.empty()) {
+      view.note = "vgpu-node at " + view.socket + " " + other;
     } else if (x.header.type == wire::MessageType::kErrorReply) {
       wire::ErrorReply e;
       wire::DecodeErrorReply(x.payload, &e);

@@ -171,9 +171,8 @@ Result Register(const Settings& settings, pid_t pid, std::string_view cgroup_tex
   std::string problem;
   if (!exchange.ok()) {
     problem = exchange.error;
-  } else if (exchange.header.version != wire::kWireVersion) {
-    problem = "vgpu-node answered with protocol version " + std::to_string(exchange.header.version) +
-              " (this library speaks " + std::to_string(wire::kWireVersion) + ")";
+  } else if (const std::string other = wire::VersionMismatch(exchange.header, "library"); !other.empty()) {
+    problem = "vgpu-node " + other;
   } else if (exchange.header.type == wire::MessageType::kErrorReply) {
     wire::ErrorReply error;
     const std::string bad = wire::DecodeErrorReply(exchange.payload, &error);

@@ -72,6 +72,12 @@ std::string ReadExactly(int fd, char* out, size_t n, int64_t deadline_ns, bool* 
 
 }  // namespace
 
+std::string VersionMismatch(const FrameHeader& reply, std::string_view self) {
+  if (reply.version == kWireVersion) return "";
+  return "answered with protocol version " + std::to_string(reply.version) + " (this " + std::string(self) +
+         " speaks " + std::to_string(kWireVersion) + ")";
+}
+
 int64_t MonotonicNs() {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -37,6 +37,10 @@ struct ExchangeResult {
 ExchangeResult Exchange(const std::string& socket_path, std::string_view frame, int timeout_ms,
                         uint32_t max_reply_payload);
 
+// "" when a reply's header is of kWireVersion; else "answered with protocol version N (this
+// <self> speaks 1)", for the caller to put after the daemon's name.
+std::string VersionMismatch(const FrameHeader& reply, std::string_view self);
+
 // CLOCK_MONOTONIC in nanoseconds (for deadlines and latency measurements).
 int64_t MonotonicNs();
 
