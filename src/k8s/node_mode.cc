@@ -119,9 +119,7 @@ class KubernetesMode : public node::ModeModule {
     pod_resources_ = std::make_unique<PodResourcesClient>(config.pod_resources_socket);
     StandaloneReaperOptions options;
     options.resources = {config.standalone_memory_resource, config.standalone_compute_resource};
-    options.list = [client = pod_resources_.get(), resources = options.resources](PodResourcesSnapshot* out) {
-      return client->List(resources, out);
-    };
+    options.list = [client = pod_resources_.get()](PodResourcesSnapshot* out) { return client->List(out); };
     options.grants = [&containers] {
       std::vector<std::string> uids;
       for (const node::ContainerRecord& record : containers.List()) {

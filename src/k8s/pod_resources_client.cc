@@ -19,7 +19,7 @@ PodResourcesClient::PodResourcesClient(std::string socket_path, std::chrono::mil
 
 PodResourcesClient::~PodResourcesClient() = default;
 
-Status PodResourcesClient::List(const std::set<std::string>& resources, PodResourcesSnapshot* snapshot) {
+Status PodResourcesClient::List(PodResourcesSnapshot* snapshot) {
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + timeout_);
   v1::ListPodResourcesRequest request;
@@ -34,11 +34,7 @@ Status PodResourcesClient::List(const std::set<std::string>& resources, PodResou
   for (const v1::PodResources& pod : reply.pod_resources()) {
     for (const v1::ContainerResources& container : pod.containers()) {
       for (const v1::ContainerDevices& devices : container.devices()) {
-        if (resources.count(devices.resource_name()) == 0) continue;
         HeldDevices held;
-        held.pod_namespace = pod.namespace_();
-        held.pod_name = pod.name();
-        held.container_name = container.name();
         held.resource = devices.resource_name();
         held.device_ids.assign(devices.device_ids().begin(), devices.device_ids().end());
         snapshot->held.push_back(std::move(held));

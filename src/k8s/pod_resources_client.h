@@ -15,17 +15,15 @@
 
 namespace vgpu::k8s {
 
-inline constexpr char kDefaultPodResourcesSocket[] = "/var/lib/kubelet/pod-resources/kubelet.sock";
-
 class PodResourcesClient {
  public:
   explicit PodResourcesClient(std::string socket_path,
                               std::chrono::milliseconds timeout = std::chrono::milliseconds(5000));
   ~PodResourcesClient();
 
-  // Lists every pod; `snapshot->held` gets the devices of `resources` only. Errors name the socket
-  // and the gRPC status (no such socket, no answer within the timeout, a kubelet without v1).
-  Status List(const std::set<std::string>& resources, PodResourcesSnapshot* snapshot);
+  // Lists every pod and every container's devices. Errors name the socket and the gRPC status (no
+  // such socket, no answer within the timeout, a kubelet without v1).
+  Status List(PodResourcesSnapshot* snapshot);
 
  private:
   struct Channel;

@@ -39,15 +39,12 @@ std::string StandaloneKey(const std::string& resource, std::vector<std::string> 
 
 // One container's devices of one resource, as the pod resources API lists them.
 struct HeldDevices {
-  std::string pod_namespace;
-  std::string pod_name;
-  std::string container_name;
   std::string resource;
   std::vector<std::string> device_ids;
 };
 
-// The result of one List: every container's devices of the resources asked for, and how many
-// pods the kubelet listed (all pods, also those holding none of these resources).
+// The result of one List: every container's devices, and how many pods the kubelet listed (all
+// pods, also those holding no devices).
 struct PodResourcesSnapshot {
   int pods = 0;
   std::vector<HeldDevices> held;

@@ -12,10 +12,6 @@ using std::chrono::seconds;
 
 const std::set<std::string> kResources = {"alnair/vgpu-memory", "alnair/vgpu-compute"};
 
-HeldDevices Held(const std::string& pod, const std::string& resource, std::vector<std::string> ids) {
-  return {"default", pod, "main", resource, std::move(ids)};
-}
-
 TEST(StandaloneKeyTest, StableSortedAndSpecificToResourceAndIds) {
   const std::string key = StandaloneKey("alnair/vgpu-memory", {"GPU-a_1", "GPU-a_0"});
   EXPECT_EQ(key.rfind(kStandaloneKeyPrefix, 0), 0u);
@@ -30,10 +26,10 @@ TEST(StandaloneKeyTest, StableSortedAndSpecificToResourceAndIds) {
 }
 
 TEST(StandaloneKeyTest, HeldKeysCoverBothResourcesAndIgnoreOthers) {
-  const std::vector<HeldDevices> held = {Held("a", "alnair/vgpu-memory", {"GPU-a_0", "GPU-a_1"}),
-                                         Held("a", "alnair/vgpu-compute", {"GPU-a_5"}),
-                                         Held("b", "nvidia.com/gpu", {"GPU-b"}),
-                                         Held("c", "alnair/vgpu-memory", {})};
+  const std::vector<HeldDevices> held = {HeldDevices{"alnair/vgpu-memory", {"GPU-a_0", "GPU-a_1"}},
+                                         HeldDevices{"alnair/vgpu-compute", {"GPU-a_5"}},
+                                         HeldDevices{"nvidia.com/gpu", {"GPU-b"}},
+                                         HeldDevices{"alnair/vgpu-memory", {}}};
   const std::set<std::string> keys = HeldStandaloneKeys(held, kResources);
   EXPECT_EQ(keys, (std::set<std::string>{StandaloneKey("alnair/vgpu-memory", {"GPU-a_0", "GPU-a_1"}),
                                          StandaloneKey("alnair/vgpu-compute", {"GPU-a_5"})}));
@@ -43,8 +39,8 @@ TEST(StandaloneLifetimeTest, AGrantIsGoneOnlyAfterGraceWithoutAnyHolder) {
   StandaloneLifetime lifetime(seconds(30));
   const std::string mine = StandaloneKey("alnair/vgpu-memory", {"GPU-a_0"});
   const std::string other = StandaloneKey("alnair/vgpu-compute", {"GPU-a_9"});
-  PodResourcesSnapshot held{2, {Held("p", "alnair/vgpu-memory", {"GPU-a_0"}), Held("q", "alnair/vgpu-compute", {"GPU-a_9"})}};
-  PodResourcesSnapshot without_mine{1, {Held("q", "alnair/vgpu-compute", {"GPU-a_9"})}};
+  PodResourcesSnapshot held{2, {HeldDevices{"alnair/vgpu-memory", {"GPU-a_0"}}, HeldDevices{"alnair/vgpu-compute", {"GPU-a_9"}}}};
+  PodResourcesSnapshot without_mine{1, {HeldDevices{"alnair/vgpu-compute", {"GPU-a_9"}}}};
   const Clock::time_point t0 = Clock::now();
   EXPECT_TRUE(lifetime.Observe({mine, other}, held, kResources, t0).empty());
   EXPECT_TRUE(lifetime.Observe({mine, other}, without_mine, kResources, t0 + seconds(5)).empty()) << "within grace";
@@ -55,8 +51,8 @@ TEST(StandaloneLifetimeTest, AGrantIsGoneOnlyAfterGraceWithoutAnyHolder) {
 TEST(StandaloneLifetimeTest, HeldAgainStartsOver) {
   StandaloneLifetime lifetime(seconds(30));
   const std::string mine = StandaloneKey("alnair/vgpu-memory", {"GPU-a_0"});
-  PodResourcesSnapshot held{1, {Held("p", "alnair/vgpu-memory", {"GPU-a_0"})}};
-  PodResourcesSnapshot other{1, {Held("q", "alnair/vgpu-memory", {"GPU-a_1"})}};
+  PodResourcesSnapshot held{1, {HeldDevices{"alnair/vgpu-memory", {"GPU-a_0"}}}};
+  PodResourcesSnapshot other{1, {HeldDevices{"alnair/vgpu-memory", {"GPU-a_1"}}}};
   const Clock::time_point t0 = Clock::now();
   EXPECT_TRUE(lifetime.Observe({mine}, other, kResources, t0).empty());
   EXPECT_TRUE(lifetime.Observe({mine}, held, kResources, t0 + seconds(20)).empty());
@@ -88,7 +84,7 @@ TEST(StandaloneReaperTest, ReleasesWhatTheKubeletNoLongerListsAndNothingWithoutA
   options.grace = seconds(30);
   options.list = [&](PodResourcesSnapshot* out) {
     if (!kubelet_answers) return Status::Error("List on /x/kubelet.sock: connection refused");
-    *out = {1, {Held("p", "alnair/vgpu-memory", {"GPU-a_0"})}};
+    *out = {1, {HeldDevices{"alnair/vgpu-memory", {"GPU-a_0"}}}};
     return Status::Ok();
   };
   options.grants = [&] { return grants; };
