@@ -40,8 +40,6 @@ declare -A COMPAT_CELL COMPAT_DIR
 COMPAT_CHECKS=()
 COMPAT_RUNTIMES=()
 
-compat_field() { printf '%s\n' "$1" | tr ' ' '\n' | sed -n "s/^$2=//p" | head -1; }
-compat_mib() { awk -v b="${1:-0}" 'BEGIN { printf "%.0f", b / 1048576 }'; }
 # compat_cell <runtime> <check> <PASS|FAIL> <figure>
 compat_cell() {
   local rt=$1 check=$2
@@ -64,7 +62,7 @@ compat_run() {
     ${envs[@]+"${envs[@]}"} "$@" 2>&1)
   { echo "### $name (exit $?): $*"; printf '%s\n' "$COMPAT_OUTPUT"; echo; } >>"$COMPAT_LOG"
   COMPAT_RESULT=$(printf '%s\n' "$COMPAT_OUTPUT" | grep '^result ' | tail -1)
-  COMPAT_PEAK=$(compat_field "$(printf '%s\n' "$COMPAT_OUTPUT" | grep '^nvml_peak gpu=0 ' | tail -1)" peak_bytes)
+  COMPAT_PEAK=$(field "$(printf '%s\n' "$COMPAT_OUTPUT" | grep '^nvml_peak gpu=0 ' | tail -1)" peak_bytes)
 }
 compat_no_result() { echo "no result: $(printf '%s\n' "$COMPAT_OUTPUT" | grep -v '^nvml_peak' | tail -1 | cut -c1-120)"; }
 
@@ -117,8 +115,8 @@ compat_runtime() {  # compat_runtime <label> <folder of programs>
   if [ -z "$COMPAT_RESULT" ]; then
     compat_cell "$rt" "memory queries show 1 GiB" FAIL "$(compat_no_result)"
   else
-    compat_cell "$rt" "memory queries show 1 GiB" "$(compat_field "$COMPAT_RESULT" verdict)" \
-      "runtime $(compat_mib "$(compat_field "$COMPAT_RESULT" rt_total)"), props $(compat_mib "$(compat_field "$COMPAT_RESULT" props_total)"), cuMemGetInfo $(compat_mib "$(compat_field "$COMPAT_RESULT" cu_total)"), cuDeviceTotalMem $(compat_mib "$(compat_field "$COMPAT_RESULT" device_total)") MiB"
+    compat_cell "$rt" "memory queries show 1 GiB" "$(field "$COMPAT_RESULT" verdict)" \
+      "runtime $(mib "$(field "$COMPAT_RESULT" rt_total)"), props $(mib "$(field "$COMPAT_RESULT" props_total)"), cuMemGetInfo $(mib "$(field "$COMPAT_RESULT" cu_total)"), cuDeviceTotalMem $(mib "$(field "$COMPAT_RESULT" device_total)") MiB"
   fi
 
   # Every allocation path, then pinned host memory.
@@ -129,16 +127,16 @@ compat_runtime() {  # compat_runtime <label> <folder of programs>
       compat_cell "$rt" "path $path" FAIL "$(compat_no_result)"
       continue
     fi
-    verdict=$(compat_field "$COMPAT_RESULT" verdict)
-    if [ "$(compat_field "$COMPAT_RESULT" refused)" = yes ]; then
-      figure="$(compat_field "$COMPAT_RESULT" code_name | sed 's/CUDA_ERROR_OUT_OF_MEMORY\|cudaErrorMemoryAllocation/OOM/')"
-      figure+=" at $(compat_field "$COMPAT_RESULT" stage) after $(compat_field "$COMPAT_RESULT" obtained_mib) MiB"
+    verdict=$(field "$COMPAT_RESULT" verdict)
+    if [ "$(field "$COMPAT_RESULT" refused)" = yes ]; then
+      figure="$(field "$COMPAT_RESULT" code_name | sed 's/CUDA_ERROR_OUT_OF_MEMORY\|cudaErrorMemoryAllocation/OOM/')"
+      figure+=" at $(field "$COMPAT_RESULT" stage) after $(field "$COMPAT_RESULT" obtained_mib) MiB"
     else
-      figure="NOT refused, got $(compat_field "$COMPAT_RESULT" obtained_mib) MiB"
+      figure="NOT refused, got $(field "$COMPAT_RESULT" obtained_mib) MiB"
     fi
-    [ "$path" = pinned ] && figure="host $(compat_field "$COMPAT_RESULT" host_ok), then $figure"
+    [ "$path" = pinned ] && figure="host $(field "$COMPAT_RESULT" host_ok), then $figure"
     if [ -z "$COMPAT_PEAK" ] || [ "$COMPAT_PEAK" -gt $COMPAT_LIMIT ]; then verdict=FAIL; fi
-    compat_cell "$rt" "path $path" "$verdict" "$figure, peak $(compat_mib "$COMPAT_PEAK")"
+    compat_cell "$rt" "path $path" "$verdict" "$figure, peak $(mib "$COMPAT_PEAK")"
   done
 
   # Compute: 2 ms spin kernels at limit 30, against native runs before and after.

@@ -42,9 +42,6 @@ OS_CHUNK_BYTES=$((256 << 20))
 OS_STARTED=$(date +%s)
 : >"$OS_LOG"
 
-os_mib() { awk -v b="${1:-0}" 'BEGIN { printf "%.0f", b / 1048576 }'; }
-os_field() { printf '%s\n' "$1" | tr ' ' '\n' | sed -n "s/^$2=//p" | head -1; }
-os_le() { [ -n "${1:-}" ] && [ -n "${2:-}" ] && awk -v a="$1" -v b="$2" 'BEGIN { exit !(a + 0 <= b + 0) }'; }
 
 # os_watch <name> <timeout s> <vgpu|native> [VAR=value...] -- <command...>
 # Runs the command watched by nvml_peak.py (GPU 0); under vgpu with LD_PRELOAD, the 1 GiB limit
@@ -71,14 +68,14 @@ os_watch() {
   OS_RESULT=$(printf '%s\n' "$OS_OUTPUT" | grep '^result ' | tail -1)
   local peak_line
   peak_line=$(printf '%s\n' "$OS_OUTPUT" | grep '^nvml_peak gpu=0 ' | tail -1)
-  OS_PEAK=$(os_field "$peak_line" peak_bytes)
-  OS_PEAK_METHOD=$(os_field "$peak_line" method)
-  OS_DEVICE_PEAK=$(os_field "$peak_line" device_delta_peak_bytes)
+  OS_PEAK=$(field "$peak_line" peak_bytes)
+  OS_PEAK_METHOD=$(field "$peak_line" method)
+  OS_DEVICE_PEAK=$(field "$peak_line" device_delta_peak_bytes)
 }
 # "NVML peak": per-process (what nvidia-smi lists) and the rise of the GPU's used memory (which
 # also shows managed memory on the GPU; nothing else runs there during these checks).
-os_peak_text() { echo "NVML peak $(os_mib "$OS_PEAK") MiB per-process, GPU used +$(os_mib "$OS_DEVICE_PEAK") MiB"; }
-os_peaks_within() { os_le "$OS_PEAK" "$1" && os_le "$OS_DEVICE_PEAK" "$1"; }
+os_peak_text() { echo "NVML peak $(mib "$OS_PEAK") MiB per-process, GPU used +$(mib "$OS_DEVICE_PEAK") MiB"; }
+os_peaks_within() { le "$OS_PEAK" "$1" && le "$OS_DEVICE_PEAK" "$1"; }
 os_no_result() { echo "no result (exit $OS_RC): $(printf '%s\n' "$OS_OUTPUT" | grep -v '^nvml_peak' | tail -1 | cut -c1-160)"; }
 os_bw() { printf '%s\n' "$OS_OUTPUT" | awk -v k="kind=$1" -v o="op=$2" '$1 == "bandwidth" && $2 == k && $3 == o { sub("gbps=", "", $4); print $4 }' | tail -1; }
 
@@ -96,14 +93,14 @@ probe_host=$(printf '%s\n' "${OS_PROBE[host]}" | grep '^probe ' | tail -1)
 # when the driver migrates managed memory onto the GPU), so the device's used memory is what
 # shows where the pages are (nothing else runs on the GPU during these checks).
 probe_text() {  # probe_text <probe line>
-  echo "GPU used +$(os_mib "$(os_field "$1" nvml_device_growth)") MiB (NVML device), per-process +$(os_mib "$(os_field "$1" nvml_pid_growth)") MiB; in-place multiply $(os_field "$1" mul_gbps) GB/s"
+  echo "GPU used +$(mib "$(field "$1" nvml_device_growth)") MiB (NVML device), per-process +$(mib "$(field "$1" nvml_pid_growth)") MiB; in-place multiply $(field "$1" mul_gbps) GB/s"
 }
 if [ -n "$probe_none" ]; then
   row "oversubscribe: driver, 1 GiB managed (no advice) written and read by the GPU" INFO "$(probe_text "$probe_none")"
 else
   row "oversubscribe: driver, 1 GiB managed (no advice) written and read by the GPU" FAIL "$(printf '%s\n' "${OS_PROBE[none]}" | tail -1 | cut -c1-160)"
 fi
-if [ -n "$probe_host" ] && os_le "$(os_field "$probe_host" nvml_device_growth)" $((64 << 20)); then v=PASS; else v=FAIL; fi
+if [ -n "$probe_host" ] && le "$(field "$probe_host" nvml_device_growth)" $((64 << 20)); then v=PASS; else v=FAIL; fi
 if [ -n "$probe_host" ]; then detail=$(probe_text "$probe_host"); else detail=$(printf '%s\n' "${OS_PROBE[host]}" | tail -1 | cut -c1-160); fi
 row "oversubscribe: driver keeps 1 GiB managed advised to the host off the GPU (max +64 MiB)" $v "$detail"
 
@@ -111,9 +108,9 @@ row "oversubscribe: driver keeps 1 GiB managed advised to the host off the GPU (
 os_watch torch-native 300 native -- python3 "$OS_HERE/torch_spill.py" --gib 3
 OS_NATIVE_RESULT=$OS_RESULT
 OS_NATIVE_OUTPUT=$OS_OUTPUT
-if [ -n "$OS_NATIVE_RESULT" ] && [ "$(os_field "$OS_NATIVE_RESULT" error)" = none ]; then
+if [ -n "$OS_NATIVE_RESULT" ] && [ "$(field "$OS_NATIVE_RESULT" error)" = none ]; then
   row "oversubscribe: PyTorch 3 GiB natively" INFO \
-    "checksum_int $(os_field "$OS_NATIVE_RESULT" checksum_int); $(os_peak_text)"
+    "checksum_int $(field "$OS_NATIVE_RESULT" checksum_int); $(os_peak_text)"
 else
   row "oversubscribe: PyTorch 3 GiB natively" FAIL "${OS_NATIVE_RESULT:-$(os_no_result)}"
 fi
@@ -125,23 +122,23 @@ OS_SPILL_OUTPUT=$OS_OUTPUT
 if [ -z "$OS_SPILL_RESULT" ]; then
   row "oversubscribe: PyTorch 3 GiB under a 1 GiB limit" FAIL "$(os_no_result)"
 else
-  spilled_n=$(os_field "$OS_SPILL_RESULT" spilled_tensors)
+  spilled_n=$(field "$OS_SPILL_RESULT" spilled_tensors)
   ledger_line=$(printf '%s\n' "$OS_SPILL_OUTPUT" | grep '^ledger ' | tail -1)
-  ledger_spilled=$(os_field "$ledger_line" spilled)
-  ledger_used=$(os_field "$ledger_line" used)
+  ledger_spilled=$(field "$ledger_line" spilled)
+  ledger_used=$(field "$ledger_line" used)
   same=no
-  [ "$(os_field "$OS_SPILL_RESULT" checksum_int)" = "$(os_field "$OS_NATIVE_RESULT" checksum_int)" ] &&
-    [ "$(os_field "$OS_SPILL_RESULT" checksum_f64)" = "$(os_field "$OS_NATIVE_RESULT" checksum_f64)" ] && same=yes
+  [ "$(field "$OS_SPILL_RESULT" checksum_int)" = "$(field "$OS_NATIVE_RESULT" checksum_int)" ] &&
+    [ "$(field "$OS_SPILL_RESULT" checksum_f64)" = "$(field "$OS_NATIVE_RESULT" checksum_f64)" ] && same=yes
   v=FAIL
-  if [ "$(os_field "$OS_SPILL_RESULT" error)" = none ] && [ "$same" = yes ] && [ -n "$OS_NATIVE_RESULT" ] &&
-    [ "$(os_field "$OS_SPILL_RESULT" allocated_bytes)" = $((3 << 30)) ] && [ "${spilled_n:-0}" -gt 0 ]; then v=PASS; fi
+  if [ "$(field "$OS_SPILL_RESULT" error)" = none ] && [ "$same" = yes ] && [ -n "$OS_NATIVE_RESULT" ] &&
+    [ "$(field "$OS_SPILL_RESULT" allocated_bytes)" = $((3 << 30)) ] && [ "${spilled_n:-0}" -gt 0 ]; then v=PASS; fi
   row "oversubscribe: PyTorch 3 GiB under a 1 GiB limit, same checksums as native" $v \
-    "$(os_field "$OS_SPILL_RESULT" device_tensors) tensors on the device, $spilled_n spilled (managed, preferred on the host, accessed by GPU 0); checksums identical: $same; $(os_field "$OS_SPILL_RESULT" error)"
+    "$(field "$OS_SPILL_RESULT" device_tensors) tensors on the device, $spilled_n spilled (managed, preferred on the host, accessed by GPU 0); checksums identical: $same; $(field "$OS_SPILL_RESULT" error)"
   os_peaks_within "$OS_LIMIT_BYTES" && v=PASS || v=FAIL
   row "oversubscribe: NVML device peak <= 1 GiB while the job uses 3 GiB" $v \
     "$(os_peak_text), sampled every ~1 ms from outside ($(printf '%s\n' "$OS_OUTPUT" | grep '^nvml_peak gpu=0 ' | tail -1 | sed -n 's/.* samples=//p') samples)"
   v=FAIL
-  if [ -n "$ledger_spilled" ] && [ "$ledger_spilled" -ge $((spilled_n * OS_CHUNK_BYTES)) ] && os_le "$ledger_used" "$OS_LIMIT_BYTES"; then v=PASS; fi
+  if [ -n "$ledger_spilled" ] && [ "$ledger_spilled" -ge $((spilled_n * OS_CHUNK_BYTES)) ] && le "$ledger_used" "$OS_LIMIT_BYTES"; then v=PASS; fi
   row "oversubscribe: ledger counts device and host apart (vgpu ps --json)" $v \
     "${ledger_line:-no ledger line}"
 fi
@@ -152,17 +149,17 @@ os_watch torch-prefetch 300 vgpu CUDA_OVERSUBSCRIBE=true CUDA_OVERSUBSCRIBE_HOST
   python3 "$OS_HERE/torch_spill.py" --gib 3 --reps 1 --prefetch-spilled
 codes=$(printf '%s\n' "$OS_OUTPUT" | grep '^prefetch codes=' | tail -1 | sed 's/^prefetch codes=//')
 v=FAIL
-if [ -n "$OS_RESULT" ] && [ "$(os_field "$OS_RESULT" error)" = none ] && os_peaks_within "$OS_LIMIT_BYTES" &&
-  [ "$(os_field "$OS_RESULT" checksum_int)" = "$(os_field "$OS_NATIVE_RESULT" checksum_int)" ] &&
+if [ -n "$OS_RESULT" ] && [ "$(field "$OS_RESULT" error)" = none ] && os_peaks_within "$OS_LIMIT_BYTES" &&
+  [ "$(field "$OS_RESULT" checksum_int)" = "$(field "$OS_NATIVE_RESULT" checksum_int)" ] &&
   [ -n "$codes" ] && [ -z "$(echo "$codes" | tr ',' '\n' | grep -v '^0/0$')" ]; then v=PASS; fi
-if [ -n "$OS_RESULT" ]; then detail="$(os_peak_text); calls returned ${codes:-nothing}; checksums as native: $([ "$(os_field "$OS_RESULT" checksum_int)" = "$(os_field "$OS_NATIVE_RESULT" checksum_int)" ] && echo yes || echo no)"; else detail=$(os_no_result); fi
+if [ -n "$OS_RESULT" ]; then detail="$(os_peak_text); calls returned ${codes:-nothing}; checksums as native: $([ "$(field "$OS_RESULT" checksum_int)" = "$(field "$OS_NATIVE_RESULT" checksum_int)" ] && echo yes || echo no)"; else detail=$(os_no_result); fi
 row "oversubscribe: the job's own prefetch/advice to the GPU leaves spilled tensors on the host" $v "$detail"
 
 # --- 3. without oversubscription the same job runs out of memory -------------------------------------
 os_watch torch-limited 300 vgpu -- python3 "$OS_HERE/torch_spill.py" --gib 3
-if [ -n "$OS_RESULT" ] && [ "$(os_field "$OS_RESULT" expected_type)" = yes ] && os_peaks_within "$OS_LIMIT_BYTES"; then v=PASS; else v=FAIL; fi
+if [ -n "$OS_RESULT" ] && [ "$(field "$OS_RESULT" expected_type)" = yes ] && os_peaks_within "$OS_LIMIT_BYTES"; then v=PASS; else v=FAIL; fi
 if [ -n "$OS_RESULT" ]; then
-  detail="$(os_field "$OS_RESULT" error) after $(os_mib "$(os_field "$OS_RESULT" allocated_bytes)") MiB; $(os_peak_text)"
+  detail="$(field "$OS_RESULT" error) after $(mib "$(field "$OS_RESULT" allocated_bytes)") MiB; $(os_peak_text)"
 else
   detail=$(os_no_result)
 fi
@@ -173,10 +170,10 @@ os_watch torch-host-limit 300 vgpu CUDA_OVERSUBSCRIBE=true CUDA_OVERSUBSCRIBE_HO
   python3 "$OS_HERE/torch_spill.py" --gib 3
 log_line=$(printf '%s\n' "$OS_OUTPUT" | grep 'would pass the host spill limit' | head -1)
 v=FAIL
-if [ -n "$OS_RESULT" ] && [ "$(os_field "$OS_RESULT" expected_type)" = yes ] && [ -n "$log_line" ] &&
+if [ -n "$OS_RESULT" ] && [ "$(field "$OS_RESULT" expected_type)" = yes ] && [ -n "$log_line" ] &&
   os_peaks_within "$OS_LIMIT_BYTES"; then v=PASS; fi
 if [ -n "$OS_RESULT" ]; then
-  detail="$(os_field "$OS_RESULT" error) after $(os_mib "$(os_field "$OS_RESULT" allocated_bytes)") MiB ($(os_field "$OS_RESULT" spilled_tensors) tensors spilled); $(os_peak_text); log: $(echo "$log_line" | sed 's/^vgpu\[[0-9]*\] //')"
+  detail="$(field "$OS_RESULT" error) after $(mib "$(field "$OS_RESULT" allocated_bytes)") MiB ($(field "$OS_RESULT" spilled_tensors) tensors spilled); $(os_peak_text); log: $(echo "$log_line" | sed 's/^vgpu\[[0-9]*\] //')"
 else
   detail=$(os_no_result)
 fi

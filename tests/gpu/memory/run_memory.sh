@@ -52,10 +52,6 @@ MEM_TMP=$(mktemp -d /tmp/vgpu-memory-checks.XXXXXX)
 : >"$MEM_LOG"
 MEM_STARTED=$(date +%s)
 
-mem_mib() { awk -v b="${1:-0}" 'BEGIN { printf "%.0f", b / 1048576 }'; }
-# mem_field <line> <key>: the value of key=value in a result line.
-mem_field() { printf '%s\n' "$1" | tr ' ' '\n' | sed -n "s/^$2=//p" | head -1; }
-mem_le() { [ -n "${1:-}" ] && [ -n "${2:-}" ] && awk -v a="$1" -v b="$2" 'BEGIN { exit !(a + 0 <= b + 0) }'; }
 
 # mem_watch <name> <timeout s> [VAR=value...] -- <command...>
 # Runs the command under vgpu (limit MEM_LIMIT, a fresh ledger) watched by nvml_peak.py. Sets
@@ -78,14 +74,14 @@ mem_watch() {
   MEM_RESULT=$(printf '%s\n' "$MEM_OUTPUT" | grep '^result ' | tail -1)
   local peak_line
   peak_line=$(printf '%s\n' "$MEM_OUTPUT" | grep '^nvml_peak gpu=0 ' | tail -1)
-  MEM_PEAK=$(mem_field "$peak_line" peak_bytes)
-  MEM_PEAK_METHOD=$(mem_field "$peak_line" method)
+  MEM_PEAK=$(field "$peak_line" peak_bytes)
+  MEM_PEAK_METHOD=$(field "$peak_line" method)
 }
 
 # Why a run gave no result line: its exit status and last output line.
 mem_no_result() { echo "no result (exit $MEM_RC): $(printf '%s\n' "$MEM_OUTPUT" | grep -v '^nvml_peak' | tail -1 | cut -c1-160)"; }
 
-mem_peak_text() { echo "NVML peak $(mem_mib "$MEM_PEAK") MiB (${MEM_PEAK_METHOD:-?})"; }
+mem_peak_text() { echo "NVML peak $(mib "$MEM_PEAK") MiB (${MEM_PEAK_METHOD:-?})"; }
 
 echo "== memory-limit checks (log: $MEM_LOG)" | tee -a "$LOG"
 if ! nvcc -O2 -arch=sm_90 -o "$MEM_BIN" "$MEM_HERE/paths_check.cu" -L/usr/local/cuda/lib64/stubs -lcuda \
@@ -97,10 +93,10 @@ else
 MEM_CTX_OUT=$(timeout -k 10 60 python3 "$MEM_HERE/nvml_peak.py" --gpus 0 -- "$MEM_BIN" context --hold-ms 1000 2>&1)
 { echo "### context overhead (native)"; printf '%s\n' "$MEM_CTX_OUT"; echo; } >>"$MEM_LOG"
 MEM_CTX_LINE=$(printf '%s\n' "$MEM_CTX_OUT" | grep '^nvml_peak gpu=0 ' | tail -1)
-MEM_CTX=$(mem_field "$MEM_CTX_LINE" peak_bytes)
+MEM_CTX=$(field "$MEM_CTX_LINE" peak_bytes)
 if [ -n "$MEM_CTX" ] && [ "$MEM_CTX" -gt 0 ]; then
   row "memory: context overhead (NVML, native runtime context)" INFO \
-    "$(mem_mib "$MEM_CTX") MiB ($(mem_field "$MEM_CTX_LINE" method))"
+    "$(mib "$MEM_CTX") MiB ($(field "$MEM_CTX_LINE" method))"
 else
   row "memory: context overhead (NVML, native runtime context)" FAIL "not measured: $(printf '%s\n' "$MEM_CTX_OUT" | tail -1)"
   MEM_CTX=0
@@ -116,22 +112,22 @@ for p in $("$MEM_BIN" --list 2>>"$MEM_LOG"); do
     MEM_VERDICT[$p]=FAIL
     MEM_DETAIL[$p]="$p: $(mem_no_result)"
   else
-    MEM_VERDICT[$p]=$(mem_field "$MEM_RESULT" verdict)
-    MEM_OBTAINED[$p]=$(mem_field "$MEM_RESULT" obtained_bytes)
-    if [ "$(mem_field "$MEM_RESULT" refused)" = yes ]; then
-      MEM_DETAIL[$p]="$p: $(mem_field "$MEM_RESULT" code_name) at $(mem_field "$MEM_RESULT" stage) after $(mem_field "$MEM_RESULT" obtained_mib) MiB"
+    MEM_VERDICT[$p]=$(field "$MEM_RESULT" verdict)
+    MEM_OBTAINED[$p]=$(field "$MEM_RESULT" obtained_bytes)
+    if [ "$(field "$MEM_RESULT" refused)" = yes ]; then
+      MEM_DETAIL[$p]="$p: $(field "$MEM_RESULT" code_name) at $(field "$MEM_RESULT" stage) after $(field "$MEM_RESULT" obtained_mib) MiB"
     else
-      MEM_DETAIL[$p]="$p: NOT refused up to $(mem_field "$MEM_RESULT" obtained_mib) MiB"
+      MEM_DETAIL[$p]="$p: NOT refused up to $(field "$MEM_RESULT" obtained_mib) MiB"
     fi
   fi
   MEM_PATH_PEAK[$p]=$MEM_PEAK
   if [ -n "$MEM_PEAK" ]; then
-    mem_le "$MEM_PEAK" "$MEM_PEAK_MAX" || MEM_PEAK_MAX=$MEM_PEAK
-    mem_le "$MEM_PEAK" "$MEM_LIMIT_BYTES" || MEM_PEAK_BAD+="$p $(mem_mib "$MEM_PEAK") MiB; "
+    le "$MEM_PEAK" "$MEM_PEAK_MAX" || MEM_PEAK_MAX=$MEM_PEAK
+    le "$MEM_PEAK" "$MEM_LIMIT_BYTES" || MEM_PEAK_BAD+="$p $(mib "$MEM_PEAK") MiB; "
   else
     MEM_PEAK_BAD+="$p not measured; "
   fi
-  MEM_DETAIL[$p]+=", peak $(mem_mib "$MEM_PEAK") MiB"
+  MEM_DETAIL[$p]+=", peak $(mib "$MEM_PEAK") MiB"
 done
 
 # The 14 counted paths (some rows group variants that must all hold).
@@ -166,18 +162,18 @@ mem_group 14 "cudaMallocAsync, cudaMallocFromPoolAsync" cudaMallocAsync cudaMall
 row "memory: allocation paths enforced at 1 GiB" $v "$MEM_ENFORCED of 14"
 [ -z "$MEM_PEAK_BAD" ] && v=PASS || v=FAIL
 row "memory: NVML peak <= 1 GiB in every path process" $v \
-  "max $(mem_mib "$MEM_PEAK_MAX") MiB${MEM_PEAK_BAD:+; over or unmeasured: ${MEM_PEAK_BAD%; }}"
+  "max $(mib "$MEM_PEAK_MAX") MiB${MEM_PEAK_BAD:+; over or unmeasured: ${MEM_PEAK_BAD%; }}"
 
 # Context memory counts on every path: what a path obtained plus the context (measured natively
 # above) stays within the limit. (Managed memory is not resident until touched, so NVML cannot
 # show this one; it is the ledger's arithmetic that must include the context.)
 MEM_CTX_BAD=""
 for p in "${!MEM_OBTAINED[@]}"; do
-  [ "$((MEM_OBTAINED[$p] + MEM_CTX))" -le "$MEM_LIMIT_BYTES" ] || MEM_CTX_BAD+="$p $(mem_mib "${MEM_OBTAINED[$p]}") MiB; "
+  [ "$((MEM_OBTAINED[$p] + MEM_CTX))" -le "$MEM_LIMIT_BYTES" ] || MEM_CTX_BAD+="$p $(mib "${MEM_OBTAINED[$p]}") MiB; "
 done
 [ -z "$MEM_CTX_BAD" ] && [ "$MEM_CTX" -gt 0 ] && v=PASS || v=FAIL
 row "memory: context counted on every path (obtained + context <= limit)" $v \
-  "context $(mem_mib "$MEM_CTX") MiB${MEM_CTX_BAD:+; over: ${MEM_CTX_BAD%; }}"
+  "context $(mib "$MEM_CTX") MiB${MEM_CTX_BAD:+; over: ${MEM_CTX_BAD%; }}"
 
 # --- usable memory --------------------------------------------------------------------------------
 # The default headroom (VGPU_MEMORY_HEADROOM) of a 1 GiB limit is an eighth of it: 128 MiB.
@@ -186,18 +182,18 @@ MEM_USABLE=${MEM_OBTAINED[cudaMalloc]:-0}
 MEM_FLOOR=$((MEM_LIMIT_BYTES - MEM_CTX - MEM_HEADROOM - MEM_STEP_BYTES))
 if [ "$MEM_CTX" -gt 0 ] && [ "$MEM_USABLE" -ge "$MEM_FLOOR" ] && [ "$MEM_USABLE" -le "$MEM_LIMIT_BYTES" ]; then v=PASS; else v=FAIL; fi
 row "memory: usable >= limit - context - headroom - one allocation" $v \
-  "cudaMalloc got $(mem_mib "$MEM_USABLE") MiB; 1024 - $(mem_mib "$MEM_CTX") (context) - $(mem_mib "$MEM_HEADROOM") (headroom) - 64 = $(mem_mib "$MEM_FLOOR") MiB"
+  "cudaMalloc got $(mib "$MEM_USABLE") MiB; 1024 - $(mib "$MEM_CTX") (context) - $(mib "$MEM_HEADROOM") (headroom) - 64 = $(mib "$MEM_FLOOR") MiB"
 
 # --- pinned host memory ---------------------------------------------------------------------------
 mem_watch pinned 120 -- "$MEM_BIN" pinned --limit-mib 1024 --step-mib 64 --cap-mib 4096
 if [ -z "$MEM_RESULT" ]; then
   row "memory: pinned host memory not charged" FAIL "$(mem_no_result)"
 else
-  got=$(mem_field "$MEM_RESULT" obtained_bytes)
+  got=$(field "$MEM_RESULT" obtained_bytes)
   v=FAIL
-  if [ "$(mem_field "$MEM_RESULT" verdict)" = PASS ] && [ "$got" -ge $((MEM_USABLE - MEM_STEP_BYTES)) ]; then v=PASS; fi
+  if [ "$(field "$MEM_RESULT" verdict)" = PASS ] && [ "$got" -ge $((MEM_USABLE - MEM_STEP_BYTES)) ]; then v=PASS; fi
   row "memory: pinned host memory not charged" $v \
-    "2 GiB pinned: $(mem_field "$MEM_RESULT" host_ok) (codes $(mem_field "$MEM_RESULT" host_codes)); then cudaMalloc got $(mem_mib "$got") MiB (alone: $(mem_mib "$MEM_USABLE") MiB), $(mem_field "$MEM_RESULT" code_name)"
+    "2 GiB pinned: $(field "$MEM_RESULT" host_ok) (codes $(field "$MEM_RESULT" host_codes)); then cudaMalloc got $(mib "$got") MiB (alone: $(mib "$MEM_USABLE") MiB), $(field "$MEM_RESULT" code_name)"
 fi
 
 fi  # paths_check built
@@ -222,41 +218,41 @@ if [ "${QUICK:-0}" = 0 ]; then
       row "memory: PyTorch ($conf)" FAIL "$(mem_no_result)"
       continue
     fi
-    total=$(mem_field "$MEM_RESULT" total_bytes)
-    got=$(mem_field "$MEM_RESULT" obtained_bytes)
+    total=$(field "$MEM_RESULT" total_bytes)
+    got=$(field "$MEM_RESULT" obtained_bytes)
     v=FAIL
-    if [ "$total" = "$MEM_LIMIT_BYTES" ] && [ "$(mem_field "$MEM_RESULT" expected_type)" = yes ] &&
-      [ "$got" -gt 0 ] && mem_le "$got" "$MEM_LIMIT_BYTES" && mem_le "$MEM_PEAK" "$MEM_LIMIT_BYTES" && mem_le "$got" "$MEM_PEAK"; then v=PASS; fi
+    if [ "$total" = "$MEM_LIMIT_BYTES" ] && [ "$(field "$MEM_RESULT" expected_type)" = yes ] &&
+      [ "$got" -gt 0 ] && le "$got" "$MEM_LIMIT_BYTES" && le "$MEM_PEAK" "$MEM_LIMIT_BYTES" && le "$got" "$MEM_PEAK"; then v=PASS; fi
     row "memory: PyTorch ($conf)" $v \
-      "mem_get_info total $(mem_mib "$total") MiB; $(mem_field "$MEM_RESULT" error) after $(mem_mib "$got") MiB; $(mem_peak_text)"
+      "mem_get_info total $(mib "$total") MiB; $(field "$MEM_RESULT" error) after $(mib "$got") MiB; $(mem_peak_text)"
   done
 
   mem_watch jax 300 JAX_PLATFORMS=cuda -- python3 "$MEM_HERE/jax_oom.py"
   if [ -z "$MEM_RESULT" ]; then
     row "memory: JAX (default preallocation)" FAIL "$(mem_no_result)"
   else
-    limit_seen=$(mem_field "$MEM_RESULT" bytes_limit)
-    got=$(mem_field "$MEM_RESULT" obtained_bytes)
+    limit_seen=$(field "$MEM_RESULT" bytes_limit)
+    got=$(field "$MEM_RESULT" obtained_bytes)
     v=FAIL
     # 75% of the limit, within 2% of the limit.
     if awk -v b="$limit_seen" -v l="$MEM_LIMIT_BYTES" 'BEGIN { d = b - 0.75 * l; if (d < 0) d = -d; exit !(b > 0 && d <= 0.02 * l) }' &&
-      [ "$(mem_field "$MEM_RESULT" resource_exhausted)" = yes ] && [ "$(mem_field "$MEM_RESULT" expected_type)" = yes ] &&
-      [ "$got" -gt 0 ] && mem_le "$MEM_PEAK" "$MEM_LIMIT_BYTES" && mem_le "$got" "$MEM_PEAK"; then v=PASS; fi
+      [ "$(field "$MEM_RESULT" resource_exhausted)" = yes ] && [ "$(field "$MEM_RESULT" expected_type)" = yes ] &&
+      [ "$got" -gt 0 ] && le "$MEM_PEAK" "$MEM_LIMIT_BYTES" && le "$got" "$MEM_PEAK"; then v=PASS; fi
     row "memory: JAX (default preallocation)" $v \
-      "bytes_limit $(mem_mib "$limit_seen") MiB (75% = 768); pool $(mem_mib "$(mem_field "$MEM_RESULT" pool_bytes)") MiB; $(mem_field "$MEM_RESULT" error) RESOURCE_EXHAUSTED=$(mem_field "$MEM_RESULT" resource_exhausted) after $(mem_mib "$got") MiB; $(mem_peak_text)"
+      "bytes_limit $(mib "$limit_seen") MiB (75% = 768); pool $(mib "$(field "$MEM_RESULT" pool_bytes)") MiB; $(field "$MEM_RESULT" error) RESOURCE_EXHAUSTED=$(field "$MEM_RESULT" resource_exhausted) after $(mib "$got") MiB; $(mem_peak_text)"
   fi
 
   mem_watch cupy 300 -- python3 "$MEM_HERE/cupy_oom.py"
   if [ -z "$MEM_RESULT" ]; then
     row "memory: CuPy" FAIL "$(mem_no_result)"
   else
-    total=$(mem_field "$MEM_RESULT" total_bytes)
-    got=$(mem_field "$MEM_RESULT" obtained_bytes)
+    total=$(field "$MEM_RESULT" total_bytes)
+    got=$(field "$MEM_RESULT" obtained_bytes)
     v=FAIL
-    if [ "$total" = "$MEM_LIMIT_BYTES" ] && [ "$(mem_field "$MEM_RESULT" expected_type)" = yes ] &&
-      [ "$got" -gt 0 ] && mem_le "$MEM_PEAK" "$MEM_LIMIT_BYTES" && mem_le "$got" "$MEM_PEAK"; then v=PASS; fi
+    if [ "$total" = "$MEM_LIMIT_BYTES" ] && [ "$(field "$MEM_RESULT" expected_type)" = yes ] &&
+      [ "$got" -gt 0 ] && le "$MEM_PEAK" "$MEM_LIMIT_BYTES" && le "$got" "$MEM_PEAK"; then v=PASS; fi
     row "memory: CuPy" $v \
-      "memGetInfo total $(mem_mib "$total") MiB; $(mem_field "$MEM_RESULT" error) after $(mem_mib "$got") MiB; $(mem_peak_text)"
+      "memGetInfo total $(mib "$total") MiB; $(field "$MEM_RESULT" error) after $(mib "$got") MiB; $(mem_peak_text)"
   fi
 fi
 
@@ -281,10 +277,10 @@ for fw in driver torch torch-expandable torch-async cupy jax; do
       continue
     fi
     v=FAIL
-    if [ "$(mem_field "$MEM_RESULT" fit)" = yes ] && [ "$(mem_field "$MEM_RESULT" refused)" = yes ] &&
-      [ "$(mem_field "$MEM_RESULT" expected_type)" = yes ] && mem_le "$MEM_PEAK" $((4 << 30)); then v=PASS; fi
+    if [ "$(field "$MEM_RESULT" fit)" = yes ] && [ "$(field "$MEM_RESULT" refused)" = yes ] &&
+      [ "$(field "$MEM_RESULT" expected_type)" = yes ] && le "$MEM_PEAK" $((4 << 30)); then v=PASS; fi
     row "memory: free is what can be allocated ($fw, seed $seed)" $v \
-      "held $(mem_field "$MEM_RESULT" held_mib) MiB, free $(mem_mib "$(mem_field "$MEM_RESULT" free_bytes)") MiB: free - $(mem_mib "$(mem_field "$MEM_RESULT" granule)") MiB fit=$(mem_field "$MEM_RESULT" fit), free + 64 MiB refused=$(mem_field "$MEM_RESULT" refused) ($(mem_field "$MEM_RESULT" refused_error)); $(mem_peak_text) of 4096"
+      "held $(field "$MEM_RESULT" held_mib) MiB, free $(mib "$(field "$MEM_RESULT" free_bytes)") MiB: free - $(mib "$(field "$MEM_RESULT" granule)") MiB fit=$(field "$MEM_RESULT" fit), free + 64 MiB refused=$(field "$MEM_RESULT" refused) ($(field "$MEM_RESULT" refused_error)); $(mem_peak_text) of 4096"
   done
 done
 
@@ -301,10 +297,10 @@ if g++ -std=c++20 -O2 -I/usr/local/cuda/include -o "$G/churn" "$MEM_HERE/churn.c
     MEM_WATCH_ARGS=--every-new mem_watch "churn-$1" 120 CUDA_DEVICE_MEMORY_LIMIT=8GiB -- "$G/churn" --processes "$1" \
       --threads 4 --seconds 16 --kills "$2" --replace --seed "$3"
     took=$(awk -v a="$started" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
-    samples=$(mem_field "$(printf '%s\n' "$MEM_OUTPUT" | grep '^nvml_peak gpu=0 ' | tail -1)" samples)
+    samples=$(field "$(printf '%s\n' "$MEM_OUTPUT" | grep '^nvml_peak gpu=0 ' | tail -1)" samples)
     rate=$(awk -v n="${samples:-0}" -v t="$took" 'BEGIN { printf "%.0f", n / t }')
     v=FAIL
-    if printf '%s\n' "$MEM_OUTPUT" | grep -q "^result .* errors=0 hung=0" && mem_le "$MEM_PEAK" $((8 << 30)) &&
+    if printf '%s\n' "$MEM_OUTPUT" | grep -q "^result .* errors=0 hung=0" && le "$MEM_PEAK" $((8 << 30)) &&
       [ "${rate:-0}" -ge 100 ]; then v=PASS; fi
     row "memory: group of $1 processes x 4 threads, $2 killed and replaced, 8 GiB" $v \
       "$(printf '%s\n' "$MEM_OUTPUT" | grep '^result ' | cut -d' ' -f2-); $(mem_peak_text) of 8192, sampled at $rate Hz"

@@ -18,9 +18,6 @@ LIB="$BUILD/libvgpu.so"
 mkdir -p "$G" "$OUT"
 . "$ROOT/tests/gpu/report.sh"
 report_init "$OUT/two-gpu-checks.log"
-field() { printf '%s\n' "$1" | tr ' ' '\n' | sed -n "s/^$2=//p" | head -1; }
-mib() { awk -v b="${1:-0}" 'BEGIN { printf "%.0f", b / 1048576 }'; }
-le() { [ -n "${1:-}" ] && [ -n "${2:-}" ] && awk -v a="$1" -v b="$2" 'BEGIN { exit !(a + 0 <= b + 0) }'; }
 
 nvidia-smi --query-gpu=index,name,uuid,memory.total --format=csv,noheader | tee -a "$LOG"
 if [ ! -f "$LIB" ]; then
