@@ -1,5 +1,6 @@
 // RT / DRV: every CUDA call of the real-GPU test programs is checked; a failure prints the call,
-// where it was and the error's name on stderr and exits 1 (setup failures are never data).
+// where it was and the error's name on stderr and exits 1 (setup failures are never data). And
+// InstantiateGraph, for programs built with every runtime of tests/gpu/compat.
 #pragma once
 
 #include <cuda.h>
@@ -29,3 +30,14 @@
       std::exit(1);                                                                                \
     }                                                                                              \
   } while (0)
+
+// cudaGraphInstantiate as the runtime the program is built with declares it: CUDA 12 made the
+// flags its third argument; the 11.x runtimes take an error node and a log buffer (and reach the
+// driver through cuGraphInstantiate_v2, tests/gpu/compat/README.md).
+inline cudaError_t InstantiateGraph(cudaGraphExec_t* exec, cudaGraph_t graph) {
+#if CUDART_VERSION >= 12000
+  return cudaGraphInstantiate(exec, graph, 0);
+#else
+  return cudaGraphInstantiate(exec, graph, nullptr, nullptr, 0);
+#endif
+}

@@ -58,11 +58,7 @@ int main() {
   Fill<<<(n + 255) / 256, 256, 0, stream>>>(a, n, 0.25f);
   Square<<<(n + 255) / 256, 256, 0, stream>>>(a, n);
   RT(cudaStreamEndCapture(stream, &graph));
-#if CUDART_VERSION >= 12000
-  RT(cudaGraphInstantiate(&exec, graph, 0));
-#else  // the 11.x runtimes' signature (tests/gpu/compat builds this with CUDA 11.8)
-  RT(cudaGraphInstantiate(&exec, graph, nullptr, nullptr, 0));
-#endif
+  RT(InstantiateGraph(&exec, graph));
   for (int i = 0; i < 5; ++i) RT(cudaGraphLaunch(exec, stream));
   RT(cudaMemcpyAsync(h.data(), a, n * sizeof(float), cudaMemcpyDeviceToHost, stream));
   RT(cudaStreamSynchronize(stream));

@@ -148,17 +148,6 @@ Attempt DriverGraph(uint64_t bytes, bool with_free, bool ptsz, CUgraphExec* exec
   return Drv(CUDA_SUCCESS);
 }
 
-// cudaGraphInstantiate as the runtime the program is built with declares it: CUDA 12 made the
-// flags its third argument; the 11.x runtimes take an error node and a log buffer (and reach the
-// driver through cuGraphInstantiate_v2, tests/gpu/compat/README.md).
-cudaError_t InstantiateGraph(cudaGraphExec_t* exec, cudaGraph_t graph) {
-#if CUDART_VERSION >= 12000
-  return cudaGraphInstantiate(exec, graph, 0);
-#else
-  return cudaGraphInstantiate(exec, graph, nullptr, nullptr, 0);
-#endif
-}
-
 Attempt RuntimeGraph(uint64_t bytes, bool with_free, cudaGraphExec_t* exec_out, void** dptr, cudaStream_t stream) {
   cudaGraph_t graph = nullptr;
   RT(cudaGraphCreate(&graph, 0));
