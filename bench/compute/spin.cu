@@ -26,7 +26,6 @@
 #include <cstring>
 #include <ctime>
 #include <string>
-#include <unistd.h>
 
 #include "spin_common.cuh"
 
@@ -79,9 +78,6 @@ static void Calibrate(Gpu& g, double target_us, long long* cycles_out, double* d
   *dev_us_out = dev_us;
   *cpu_out = cpu;
 }
-
-static bool FileExists(const std::string& path) { return access(path.c_str(), F_OK) == 0; }
-
 
 static int Run(int argc, char** argv) {
   if (argc < 6) {
@@ -151,7 +147,7 @@ static int Run(int argc, char** argv) {
       fclose(f);
       ready_written = true;
     }
-    if (go_at < 0 && FileExists(barrier_dir + "/go")) go_at = ReadGoTime((barrier_dir + "/go").c_str());
+    if (go_at < 0) go_at = ReadGoTime((barrier_dir + "/go").c_str());
     if (go_at >= 0 && now >= go_at) break;
     if (now > warm_end + 120) {
       fprintf(stderr, "spin: barrier timeout\n");
