@@ -54,7 +54,6 @@ import time
 
 from compute_common import (ROOT, TOLERANCE, Launcher, UtilSampler, check_window, clock_of, fmt, git_describe,
                             limited_runs_line, log, nvcc_build, other_compute_variables, util_of)
-from compute_common import is_library_variable  # noqa: F401  (still imported from here by other scripts)
 
 SPIN_SRC = os.path.join(ROOT, "bench", "compute", "spin.cu")
 TORCH_WORKER = os.path.join(ROOT, "bench", "compute", "torch_workload.py")

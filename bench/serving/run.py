@@ -52,7 +52,7 @@ ROOT = os.path.dirname(BENCH)
 sys.path.insert(0, HERE)
 sys.path.insert(0, BENCH)
 import common  # noqa: E402
-from compute_accuracy import UtilSampler, git_describe, is_library_variable  # noqa: E402
+from compute_common import UtilSampler, git_describe, is_library_variable  # noqa: E402
 
 SERVE = os.path.join(HERE, "serve.py")
 STARTUP_S = 10.0       # spawn to ready, per step (estimate only; the JSON records the real ones)
