@@ -52,7 +52,7 @@ ROOT = os.path.dirname(BENCH)
 sys.path.insert(0, HERE)
 sys.path.insert(0, BENCH)
 import common  # noqa: E402
-from compute_common import UtilSampler, git_describe, is_library_variable  # noqa: E402
+from compute_common import UtilSampler, git_describe, is_library_variable, util_of  # noqa: E402
 
 SERVE = os.path.join(HERE, "serve.py")
 STARTUP_S = 10.0       # spawn to ready, per step (estimate only; the JSON records the real ones)
@@ -543,7 +543,7 @@ def main(argv=None):
         finally:
             sampler.stop()
     records += [{} for _ in plan[len(records):]]
-    rows, ref = analyse(plan, records, s, util=lambda r: sampler.mean(r["t_start"] + 0.3, r["t_end"], wait=False))
+    rows, ref = analyse(plan, records, s, util=lambda r: util_of(sampler, r, wait=False))
     text = markdown(rows, ref, header(s, records, sampler.name, sampler.driver, date))
     with open(os.path.join(args.out, "serving.md"), "w") as f:
         f.write(text)
