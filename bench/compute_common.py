@@ -301,8 +301,8 @@ class Launcher:
     """Starts workload processes and keeps the log. Not thread-safe; one benchmark at a time.
 
     A limited process gets LD_PRELOAD=library, the limit variables and a ledger
-    (CUDA_DEVICE_MEMORY_SHARED_CACHE): a fresh one per call of env_for unless `ledger` names one
-    that the processes of one container share. A native process gets the calling shell's
+    (CUDA_DEVICE_MEMORY_SHARED_CACHE): a fresh one per call of env_for, which the processes started
+    with that environment (one container) share. A native process gets the calling shell's
     environment less the library's variables. VGPU_COMPUTE_* variables of the shell reach every
     process; `period` sets VGPU_COMPUTE_PERIOD for the limited ones."""
 
@@ -321,16 +321,13 @@ class Launcher:
         self.logf.write(text + "\n")
         self.logf.flush()
 
-    def new_ledger(self):
-        self.ledgers += 1
-        return os.path.join(self.tmp, f"ledger-{self.ledgers}.cache")
-
-    def env_for(self, target, soft=None, priority=None, ledger=None):
+    def env_for(self, target, soft=None, priority=None):
         env = dict(self.base_env)
         if target is None and soft is None and priority is None:
             return env
         env["LD_PRELOAD"] = self.library
-        env["CUDA_DEVICE_MEMORY_SHARED_CACHE"] = ledger or self.new_ledger()
+        self.ledgers += 1
+        env["CUDA_DEVICE_MEMORY_SHARED_CACHE"] = os.path.join(self.tmp, f"ledger-{self.ledgers}.cache")
         if target is not None:
             env["CUDA_DEVICE_SM_LIMIT"] = str(target)
         if soft is not None:
