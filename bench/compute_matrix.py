@@ -552,17 +552,16 @@ def plot(lines, summary, path, title, labels=None):
 
 
 def write_outputs(out, data, final):
-    """compute-matrix.json always; with `final` also the table, the TSV and the plot."""
+    """compute-matrix.json always (with `final`, the analysis in it); with `final` also the table, the
+    TSV and the plot."""
+    if final:
+        lines, summary = analyse([(r["step"], r["result"]) for r in data["records"]])
+        data.update(lines=lines, native=summary)
     with open(os.path.join(out, OUTPUT + ".json.tmp"), "w") as f:
         json.dump(data, f, indent=1, default=str)
     os.replace(os.path.join(out, OUTPUT + ".json.tmp"), os.path.join(out, OUTPUT + ".json"))
     if not final:
         return None
-    records = [(r["step"], r["result"]) for r in data["records"]]
-    lines, summary = analyse(records)
-    data.update(lines=lines, native=summary)
-    with open(os.path.join(out, OUTPUT + ".json"), "w") as f:
-        json.dump(data, f, indent=1, default=str)
     skipped = [tuple(x) for x in data.get("skipped", [])]
     labels = data.get("labels")
     text = markdown(lines, summary, skipped, data["header"], labels)
