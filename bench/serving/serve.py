@@ -520,7 +520,7 @@ class Engine:
                 return
 
 
-def serve_process(args, coord, sampler):
+def serve_process(args, coord):
     """Everything one engine process does; returns its result (with raw samples under 'samples')."""
     phase = "start"
     info = {"pid": os.getpid()}
@@ -765,7 +765,7 @@ def main():
             result.update(merged)
         else:
             coord = Worker(args) if is_worker else Solo(args)
-            result.update(serve_process(args, coord, sampler))
+            result.update(serve_process(args, coord))
         result["ok"] = True
         if not is_worker:
             finish(result, args)
