@@ -122,7 +122,6 @@ class Settings:
     """The options, validated; `error` is argparse's (exit status 2, message naming the input)."""
 
     def __init__(self, args, error):
-        self.quick = args.quick
         self.targets = parse_limits(args.targets, "--targets", error) if args.targets else (
             [30, 60] if args.quick else [10, 30, 60, 90])
         self.warmup = args.warmup
