@@ -682,21 +682,21 @@ def main(argv=None):
     with open(os.path.join(args.out, OUTPUT + ".log"), "w") as logf:
         launcher = Launcher(args.library, logf, period=s.period, prefix="vgpu-compute-matrix-")
         try:
-            data, seen = run_blocks(args, s, blocks, est, started, sampler, launcher)
+            data = run_blocks(args, s, blocks, est, started, sampler, launcher)
         finally:
             launcher.close()
             if sampler.source:
                 sampler.stop()
     text, failed = write_outputs(args.out, data, final=True)
     log(f"done in {data['elapsed_s']:.0f} s (estimate {est:.0f} s); start-up seen (s): "
-        + ", ".join(f"{k} {v:.1f}" for k, v in seen.items() if k in ROW))
+        + ", ".join(f"{k} {v:.1f}" for k, v in data["startup_s"].items() if k in ROW))
     print(text, end="", flush=True)
     return 1 if failed else 0
 
 
 def run_blocks(args, s, blocks, est, started, sampler, launcher):
     """Builds concurrency.cu, runs the blocks within the budget, writing the JSON after every run.
-    Returns (the data for write_outputs, the start-up times seen)."""
+    Returns the data for write_outputs (the start-up times seen under "startup_s")."""
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
     data = {"settings": vars(args), "targets": s.targets, "estimate_s": est, "date": date,
             "labels": {r.id: r.label for r in ROWS}, "plan": blocks, "records": [], "skipped": list(s.skipped),
@@ -746,7 +746,7 @@ def run_blocks(args, s, blocks, est, started, sampler, launcher):
         data["startup_s"] = runner.init_seen  # spawn to window start less warm-up: tunes the estimates
         data["elapsed_s"] = time.monotonic() - started
         write_outputs(args.out, data, final=False)  # an interrupted run keeps what it measured
-    return data, runner.init_seen
+    return data
 
 
 def progress(step, res, records):
