@@ -65,16 +65,14 @@ def limited_runs_line(library, period):
 
 
 def check_window(measure, period):
-    """Seconds of a --period text (0 without one); warns when the window of `measure` seconds is
-    not a whole number of periods (each rate then depends on where the window falls in one)."""
+    """Warns when the window of `measure` seconds is not a whole number of periods of the --period
+    text (each rate then depends on where the window falls in one); nothing without a period."""
     if not period:
-        return 0.0
-    period_s = parse_period(period)
-    periods = measure / period_s
+        return
+    periods = measure / parse_period(period)
     if abs(periods - round(periods)) > 0.01 or round(periods) < 1:
         log(f"warning: the window ({measure:g} s) is not a whole number of periods ({period}): "
             "each rate then depends on where the window falls in a period")
-    return period_s
 
 
 def parse_period(text):
