@@ -60,8 +60,8 @@ import sys
 import time
 
 from compute_common import (ROOT, TOLERANCE, Launcher, UtilSampler, capped_of, check_window, clock_of, fmt,
-                            git_describe, limited_runs_line, log, nvcc_build, other_compute_variables, parse_period,
-                            util_of)
+                            git_describe, interleaved_targets, limited_runs_line, log, nvcc_build,
+                            other_compute_variables, parse_period, util_of)
 
 CONCURRENCY_SRC = os.path.join(ROOT, "bench", "compute", "concurrency.cu")
 TORCH_WORKER = os.path.join(ROOT, "bench", "compute", "torch_workload.py")
@@ -208,11 +208,7 @@ def build_plan(s):
     blocks = []
     serving = []
     for i, rid in enumerate(s.rows):
-        targets = s.targets if i % 2 == 0 else s.targets[::-1]
-        steps = [["run", rid, None]]
-        for k in range(0, len(targets), 2):
-            steps += [["run", rid, t] for t in targets[k:k + 2]]
-            steps.append(["run", rid, None])
+        steps = [["run", rid, t] for t in interleaved_targets(s.targets, reverse=i % 2 == 1)]
         (serving if ROW[rid].kind == "serving" else blocks).append(steps)
     for rid in s.colocated:
         for members in s.groups:
