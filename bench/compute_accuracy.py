@@ -53,8 +53,7 @@ import sys
 import time
 
 from compute_common import (ROOT, TOLERANCE, Launcher, UtilSampler, check_window, clock_of, fmt, git_describe,
-                            limited_runs_line, log, nvcc_build, other_compute_variables, util_of)
-from compute_common import is_library_variable  # noqa: F401  (still imported from here by other scripts)
+                            interleaved_targets, limited_runs_line, log, nvcc_build, other_compute_variables, util_of)
 
 SPIN_SRC = os.path.join(ROOT, "bench", "compute", "spin.cu")
 TORCH_WORKER = os.path.join(ROOT, "bench", "compute", "torch_workload.py")
@@ -100,12 +99,7 @@ def build_plan(s):
         if WL[wl][2] == "spin":
             plan.append(("calibrate", wl))
     for i, wl in enumerate(s.workloads):
-        targets = s.targets if i % 2 == 0 else s.targets[::-1]  # alternate, so no target always follows native
-        plan.append(("run", wl, None))
-        for k in range(0, len(targets), 2):
-            for t in targets[k:k + 2]:
-                plan.append(("run", wl, t))
-            plan.append(("run", wl, None))
+        plan += [("run", wl, t) for t in interleaved_targets(s.targets, reverse=i % 2 == 1)]
     for wl in s.colocated:
         plan.append(("group", "co-located 30 + 60", wl, [
             ("a30", 30, None, None, ("near", 30)), ("b60", 60, None, None, ("near", 60))]))

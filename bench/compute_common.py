@@ -64,17 +64,27 @@ def limited_runs_line(library, period):
             + (f" VGPU_COMPUTE_PERIOD={period}" if period else "") + other_compute_variables(" "))
 
 
+def interleaved_targets(targets, reverse):
+    """A row's runs in order: None (native) and the targets as native t1 t2 native t3 t4 native,
+    the targets reversed when `reverse` (every other row, so that no target always follows a
+    native run)."""
+    if reverse:
+        targets = targets[::-1]
+    order = [None]
+    for k in range(0, len(targets), 2):
+        order += [*targets[k:k + 2], None]
+    return order
+
+
 def check_window(measure, period):
-    """Seconds of a --period text (0 without one); warns when the window of `measure` seconds is
-    not a whole number of periods (each rate then depends on where the window falls in one)."""
+    """Warns when the window of `measure` seconds is not a whole number of periods of the --period
+    text (each rate then depends on where the window falls in one); nothing without a period."""
     if not period:
-        return 0.0
-    period_s = parse_period(period)
-    periods = measure / period_s
+        return
+    periods = measure / parse_period(period)
     if abs(periods - round(periods)) > 0.01 or round(periods) < 1:
         log(f"warning: the window ({measure:g} s) is not a whole number of periods ({period}): "
             "each rate then depends on where the window falls in a period")
-    return period_s
 
 
 def parse_period(text):
@@ -301,8 +311,8 @@ class Launcher:
     """Starts workload processes and keeps the log. Not thread-safe; one benchmark at a time.
 
     A limited process gets LD_PRELOAD=library, the limit variables and a ledger
-    (CUDA_DEVICE_MEMORY_SHARED_CACHE): a fresh one per call of env_for unless `ledger` names one
-    that the processes of one container share. A native process gets the calling shell's
+    (CUDA_DEVICE_MEMORY_SHARED_CACHE): a fresh one per call of env_for, which the processes started
+    with that environment (one container) share. A native process gets the calling shell's
     environment less the library's variables. VGPU_COMPUTE_* variables of the shell reach every
     process; `period` sets VGPU_COMPUTE_PERIOD for the limited ones."""
 
@@ -321,16 +331,13 @@ class Launcher:
         self.logf.write(text + "\n")
         self.logf.flush()
 
-    def new_ledger(self):
-        self.ledgers += 1
-        return os.path.join(self.tmp, f"ledger-{self.ledgers}.cache")
-
-    def env_for(self, target, soft=None, priority=None, ledger=None):
+    def env_for(self, target, soft=None, priority=None):
         env = dict(self.base_env)
         if target is None and soft is None and priority is None:
             return env
         env["LD_PRELOAD"] = self.library
-        env["CUDA_DEVICE_MEMORY_SHARED_CACHE"] = ledger or self.new_ledger()
+        self.ledgers += 1
+        env["CUDA_DEVICE_MEMORY_SHARED_CACHE"] = os.path.join(self.tmp, f"ledger-{self.ledgers}.cache")
         if target is not None:
             env["CUDA_DEVICE_SM_LIMIT"] = str(target)
         if soft is not None:

@@ -60,8 +60,8 @@ import sys
 import time
 
 from compute_common import (ROOT, TOLERANCE, Launcher, UtilSampler, capped_of, check_window, clock_of, fmt,
-                            git_describe, limited_runs_line, log, nvcc_build, other_compute_variables, parse_period,
-                            util_of)
+                            git_describe, interleaved_targets, limited_runs_line, log, nvcc_build,
+                            other_compute_variables, parse_period, util_of)
 
 CONCURRENCY_SRC = os.path.join(ROOT, "bench", "compute", "concurrency.cu")
 TORCH_WORKER = os.path.join(ROOT, "bench", "compute", "torch_workload.py")
@@ -122,7 +122,6 @@ class Settings:
     """The options, validated; `error` is argparse's (exit status 2, message naming the input)."""
 
     def __init__(self, args, error):
-        self.quick = args.quick
         self.targets = parse_limits(args.targets, "--targets", error) if args.targets else (
             [30, 60] if args.quick else [10, 30, 60, 90])
         self.warmup = args.warmup
@@ -209,11 +208,7 @@ def build_plan(s):
     blocks = []
     serving = []
     for i, rid in enumerate(s.rows):
-        targets = s.targets if i % 2 == 0 else s.targets[::-1]
-        steps = [["run", rid, None]]
-        for k in range(0, len(targets), 2):
-            steps += [["run", rid, t] for t in targets[k:k + 2]]
-            steps.append(["run", rid, None])
+        steps = [["run", rid, t] for t in interleaved_targets(s.targets, reverse=i % 2 == 1)]
         (serving if ROW[rid].kind == "serving" else blocks).append(steps)
     for rid in s.colocated:
         for members in s.groups:
@@ -552,17 +547,16 @@ def plot(lines, summary, path, title, labels=None):
 
 
 def write_outputs(out, data, final):
-    """compute-matrix.json always; with `final` also the table, the TSV and the plot."""
+    """compute-matrix.json always (with `final`, the analysis in it); with `final` also the table, the
+    TSV and the plot."""
+    if final:
+        lines, summary = analyse([(r["step"], r["result"]) for r in data["records"]])
+        data.update(lines=lines, native=summary)
     with open(os.path.join(out, OUTPUT + ".json.tmp"), "w") as f:
         json.dump(data, f, indent=1, default=str)
     os.replace(os.path.join(out, OUTPUT + ".json.tmp"), os.path.join(out, OUTPUT + ".json"))
     if not final:
         return None
-    records = [(r["step"], r["result"]) for r in data["records"]]
-    lines, summary = analyse(records)
-    data.update(lines=lines, native=summary)
-    with open(os.path.join(out, OUTPUT + ".json"), "w") as f:
-        json.dump(data, f, indent=1, default=str)
     skipped = [tuple(x) for x in data.get("skipped", [])]
     labels = data.get("labels")
     text = markdown(lines, summary, skipped, data["header"], labels)
@@ -684,21 +678,21 @@ def main(argv=None):
     with open(os.path.join(args.out, OUTPUT + ".log"), "w") as logf:
         launcher = Launcher(args.library, logf, period=s.period, prefix="vgpu-compute-matrix-")
         try:
-            data, seen = run_blocks(args, s, blocks, est, started, sampler, launcher)
+            data = run_blocks(args, s, blocks, est, started, sampler, launcher)
         finally:
             launcher.close()
             if sampler.source:
                 sampler.stop()
     text, failed = write_outputs(args.out, data, final=True)
     log(f"done in {data['elapsed_s']:.0f} s (estimate {est:.0f} s); start-up seen (s): "
-        + ", ".join(f"{k} {v:.1f}" for k, v in seen.items() if k in ROW))
+        + ", ".join(f"{k} {v:.1f}" for k, v in data["startup_s"].items() if k in ROW))
     print(text, end="", flush=True)
     return 1 if failed else 0
 
 
 def run_blocks(args, s, blocks, est, started, sampler, launcher):
     """Builds concurrency.cu, runs the blocks within the budget, writing the JSON after every run.
-    Returns (the data for write_outputs, the start-up times seen)."""
+    Returns the data for write_outputs (the start-up times seen under "startup_s")."""
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
     data = {"settings": vars(args), "targets": s.targets, "estimate_s": est, "date": date,
             "labels": {r.id: r.label for r in ROWS}, "plan": blocks, "records": [], "skipped": list(s.skipped),
@@ -748,7 +742,7 @@ def run_blocks(args, s, blocks, est, started, sampler, launcher):
         data["startup_s"] = runner.init_seen  # spawn to window start less warm-up: tunes the estimates
         data["elapsed_s"] = time.monotonic() - started
         write_outputs(args.out, data, final=False)  # an interrupted run keeps what it measured
-    return data, runner.init_seen
+    return data
 
 
 def progress(step, res, records):

@@ -225,25 +225,7 @@ int main(int argc, char** argv) {
   Setup(probe);  // one block per SM: measures the clock rate
   sh.grid = probe.grid * o.blocks_per_sm;
   sh.sink = probe.sink;
-  {
-    cudaEvent_t e0, e1;
-    CHECK(cudaEventCreate(&e0));
-    CHECK(cudaEventCreate(&e1));
-    const long long cal = 20000000;
-    double best = 0;
-    for (int i = 0; i < 3; ++i) {
-      CHECK(cudaEventRecord(e0, probe.stream));
-      Launch(probe, cal);
-      CHECK(cudaEventRecord(e1, probe.stream));
-      CHECK(cudaEventSynchronize(e1));
-      float ms = 0;
-      CHECK(cudaEventElapsedTime(&ms, e0, e1));
-      best = std::fmax(best, cal / (ms * 1000.0));
-    }
-    sh.cycles = static_cast<long long>(best * o.kernel_us);
-    CHECK(cudaEventDestroy(e0));
-    CHECK(cudaEventDestroy(e1));
-  }
+  sh.cycles = static_cast<long long>(CyclesPerUs(probe) * o.kernel_us);
   const bool graph_mode = o.graph_branches > 0;
   const int lanes_total = graph_mode ? 1 : o.streams;
   const int threads = graph_mode ? 1 : o.threads;

@@ -26,15 +26,8 @@
 #include <cstring>
 #include <ctime>
 #include <string>
-#include <unistd.h>
 
 #include "spin_common.cuh"
-
-static float Elapsed(cudaEvent_t a, cudaEvent_t b) {
-  float ms = 0;
-  CHECK(cudaEventElapsedTime(&ms, a, b));
-  return ms;
-}
 
 // Device time of one kernel of `cycles` when kernels run back to back, in µs. Returns a negative
 // value when the host could not queue all launches while the blocker ran (result unreliable).
@@ -53,25 +46,6 @@ static double DeviceTimeUs(Gpu& g, long long cycles, long long blocker_cycles, i
   CHECK(cudaEventDestroy(e0));
   CHECK(cudaEventDestroy(e1));
   return submit_s < 0.8 * blocker_s ? us : -us;
-}
-
-static double CyclesPerUs(Gpu& g) {
-  cudaEvent_t e0, e1;
-  CHECK(cudaEventCreate(&e0));
-  CHECK(cudaEventCreate(&e1));
-  const long long probe = 20000000;  // ~10 ms at 2 GHz
-  double best = 0;
-  for (int i = 0; i < 3; ++i) {
-    CHECK(cudaEventRecord(e0, g.stream));
-    Launch(g, probe);
-    CHECK(cudaEventRecord(e1, g.stream));
-    CHECK(cudaEventSynchronize(e1));
-    const double rate = probe / (Elapsed(e0, e1) * 1000.0);
-    if (rate > best) best = rate;
-  }
-  CHECK(cudaEventDestroy(e0));
-  CHECK(cudaEventDestroy(e1));
-  return best;
 }
 
 static int QueuedCount(double dev_us) {  // ~20 ms of kernels, at most 1000 launches
@@ -104,9 +78,6 @@ static void Calibrate(Gpu& g, double target_us, long long* cycles_out, double* d
   *dev_us_out = dev_us;
   *cpu_out = cpu;
 }
-
-static bool FileExists(const std::string& path) { return access(path.c_str(), F_OK) == 0; }
-
 
 static int Run(int argc, char** argv) {
   if (argc < 6) {
@@ -176,7 +147,7 @@ static int Run(int argc, char** argv) {
       fclose(f);
       ready_written = true;
     }
-    if (go_at < 0 && FileExists(barrier_dir + "/go")) go_at = ReadGoTime((barrier_dir + "/go").c_str());
+    if (go_at < 0) go_at = ReadGoTime((barrier_dir + "/go").c_str());
     if (go_at >= 0 && now >= go_at) break;
     if (now > warm_end + 120) {
       fprintf(stderr, "spin: barrier timeout\n");

@@ -1,6 +1,7 @@
-// Shared by the spin-kernel programs of bench/compute (spin.cu, turn_probe.cu): the CUDA return
-// code check, the kernel that spins for a number of clock64() cycles, launched with one block per
-// SM on a non-blocking stream (Gpu, Setup, Launch), and a CLOCK_MONOTONIC reading in seconds.
+// Shared by the spin-kernel programs of bench/compute (spin.cu, concurrency.cu, turn_probe.cu): the
+// CUDA return code check, the kernel that spins for a number of clock64() cycles, launched with one
+// block per SM on a non-blocking stream (Gpu, Setup, Launch), the spin clock's rate (CyclesPerUs)
+// and a CLOCK_MONOTONIC reading in seconds.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -64,4 +65,31 @@ static void Setup(Gpu& g) {
   g.grid = sms;  // one block per SM, all resident at once: every SM spins for the whole kernel
   CHECK(cudaStreamCreateWithFlags(&g.stream, cudaStreamNonBlocking));
   CHECK(cudaMalloc(&g.sink, sizeof(unsigned long long) * g.grid));
+}
+
+// Milliseconds between two recorded events.
+static inline float Elapsed(cudaEvent_t a, cudaEvent_t b) {
+  float ms = 0;
+  CHECK(cudaEventElapsedTime(&ms, a, b));
+  return ms;
+}
+
+// clock64() cycles per µs: the best of three probe kernels on g's stream.
+static inline double CyclesPerUs(Gpu& g) {
+  cudaEvent_t e0, e1;
+  CHECK(cudaEventCreate(&e0));
+  CHECK(cudaEventCreate(&e1));
+  const long long probe = 20000000;  // ~10 ms at 2 GHz
+  double best = 0;
+  for (int i = 0; i < 3; ++i) {
+    CHECK(cudaEventRecord(e0, g.stream));
+    Launch(g, probe);
+    CHECK(cudaEventRecord(e1, g.stream));
+    CHECK(cudaEventSynchronize(e1));
+    const double rate = probe / (Elapsed(e0, e1) * 1000.0);
+    if (rate > best) best = rate;
+  }
+  CHECK(cudaEventDestroy(e0));
+  CHECK(cudaEventDestroy(e1));
+  return best;
 }

@@ -52,7 +52,7 @@ ROOT = os.path.dirname(BENCH)
 sys.path.insert(0, HERE)
 sys.path.insert(0, BENCH)
 import common  # noqa: E402
-from compute_accuracy import UtilSampler, git_describe, is_library_variable  # noqa: E402
+from compute_common import UtilSampler, git_describe, is_library_variable, util_of  # noqa: E402
 
 SERVE = os.path.join(HERE, "serve.py")
 STARTUP_S = 10.0       # spawn to ready, per step (estimate only; the JSON records the real ones)
@@ -443,11 +443,11 @@ def markdown(rows, ref, header_lines):
     return "\n".join(out) + "\n"
 
 
-def header(s, records, gpu, driver, date):
+def header(s, records, gpu, driver, date, commit):
     first = next((r for res in records for r in res.values() if r.get("ok") and "args" in r), None)
     a = (first or {}).get("args", {})
     lines = [f"vgpu serving benchmark on {gpu}, driver {driver}, {date}"
-             + (f", commit {git_describe()}" if git_describe() else "")]
+             + (f", commit {commit}" if commit else "")]
     if a:
         lines.append(f"Model: {a.get('layers')} layers, d_model {a.get('d_model')}, {a.get('heads')} heads, "
                      f"FFN {a.get('ffn')}, vocab {a.get('vocab')}, bf16, {first.get('params', 0) / 1e6:.0f} M parameters "
@@ -543,12 +543,13 @@ def main(argv=None):
         finally:
             sampler.stop()
     records += [{} for _ in plan[len(records):]]
-    rows, ref = analyse(plan, records, s, util=lambda r: sampler.mean(r["t_start"] + 0.3, r["t_end"], wait=False))
-    text = markdown(rows, ref, header(s, records, sampler.name, sampler.driver, date))
+    rows, ref = analyse(plan, records, s, util=lambda r: util_of(sampler, r, wait=False))
+    commit = git_describe()
+    text = markdown(rows, ref, header(s, records, sampler.name, sampler.driver, date, commit))
     with open(os.path.join(args.out, "serving.md"), "w") as f:
         f.write(text)
     with open(os.path.join(args.out, "serving.json"), "w") as f:
-        json.dump({"date": date, "gpu": sampler.name, "driver": sampler.driver, "commit": git_describe(),
+        json.dump({"date": date, "gpu": sampler.name, "driver": sampler.driver, "commit": commit,
                    "settings": s.describe(), "reference": ref, "rows": rows,
                    "plan": [{"scenario": st.scenario(), "kind": st.kind, "period": st.period,
                              "members": [[m.name, m.compute] for m in st.members]} for st in plan],

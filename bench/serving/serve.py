@@ -230,6 +230,7 @@ class Solo:
     """One engine process: sizes its cache from its own free figure; starts at once or at run.py's go."""
 
     share = 1
+    index = 0  # process 0 of 1 (a Worker's INDEX and COUNT): the clients' seeds are offset by it
 
     def __init__(self, args):
         self.args = args
@@ -520,7 +521,7 @@ class Engine:
                 return
 
 
-def serve_process(args, coord, sampler):
+def serve_process(args, coord):
     """Everything one engine process does; returns its result (with raw samples under 'samples')."""
     phase = "start"
     info = {"pid": os.getpid()}
@@ -613,9 +614,8 @@ def serve_process(args, coord, sampler):
     window = (go_at + args.warmup, go_at + args.warmup + args.seconds)
     engine = Engine(args, model, static, graphs, slots, stream)
     stop = threading.Event()
-    worker_index = int(args.worker[1]) if args.worker else 0
     clients = [threading.Thread(target=client_loop, name=f"client-{i}", daemon=True,
-                                args=(i, args, args.seed + 7919 * worker_index, engine.waiting, stop, go_at))
+                                args=(i, args, args.seed + 7919 * coord.index, engine.waiting, stop, go_at))
                for i in range(args.clients)]
     for c in clients:
         c.start()
@@ -765,7 +765,7 @@ def main():
             result.update(merged)
         else:
             coord = Worker(args) if is_worker else Solo(args)
-            result.update(serve_process(args, coord, sampler))
+            result.update(serve_process(args, coord))
         result["ok"] = True
         if not is_worker:
             finish(result, args)
