@@ -23,6 +23,7 @@ import io
 import json
 import os
 import runpy
+import signal
 import subprocess
 import sys
 import tempfile
@@ -437,7 +438,8 @@ class FakeRuns(unittest.TestCase):
             proc = subprocess.Popen([sys.executable, os.path.join(HERE, "compute_matrix.py"), "--library", LIBRARY,
                                      "--out", out, "--workload-cmd", f"{sys.executable} {os.path.abspath(__file__)} fake",
                                      "--rows", "1x50us", "--groups", "", "--seconds", "0.3", "--warmup", "0"],
-                                    env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                    env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                    start_new_session=True)
             path = os.path.join(out, "compute-matrix.json")
             deadline = time.monotonic() + 60
             records = []
@@ -448,7 +450,8 @@ class FakeRuns(unittest.TestCase):
                         records = json.load(f)["records"]
                 except (OSError, ValueError):
                     pass
-            proc.kill()
+            # The whole session: a workload left running would write into tmp while it is removed.
+            os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
             with open(path) as f:
                 data = json.load(f)
