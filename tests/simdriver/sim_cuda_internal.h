@@ -110,8 +110,11 @@ inline uint64_t DeviceBytes(const Allocation& allocation) { return allocation.re
 struct Pool {
   int device = 0;
   bool is_default = false;
-  uint64_t reserved = 0;       // charged to the device, a multiple of the pool chunk
+  uint64_t reserved = 0;       // charged to the device: the backed chunks times the pool chunk
   uint64_t used = 0;
+  CUdeviceptr base = 0;                 // the pool's address range (reserved at its first block)
+  std::map<uint64_t, uint64_t> blocks;  // live blocks: offset in the range -> size
+  std::vector<bool> backed;             // per chunk of the range: holds reserved memory
   uint64_t reserved_high = 0;
   uint64_t used_high = 0;
   uint64_t release_threshold = 0;

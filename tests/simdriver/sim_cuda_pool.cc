@@ -1,10 +1,15 @@
 // TEST DOUBLE ONLY: stream-ordered memory pools of the simulated driver.
 //
-// Model: a pool reserves device memory in chunks of VGPU_SIM_POOL_CHUNK when its free space is
-// short; blocks (rounded to 512 bytes) come from that reservation and return to it when freed.
-// Reserved memory is what the device is charged. At synchronisation points (stream, event and
-// context synchronize) each pool of the device keeps max(used, release threshold) rounded up to a
-// chunk and releases the rest; cuMemPoolTrimTo does the same with its own minimum.
+// Model (after the default pool of an H200 with driver 580): a pool owns an address range in which
+// it backs chunks of VGPU_SIM_POOL_CHUNK (32 MiB) with device memory; reserved memory (the backed
+// chunks) is what the device is charged. A block (rounded to 512 bytes) must lie in one piece of
+// the range: it goes to the lowest gap between live blocks whose chunks are all backed, else to
+// the gap that needs the fewest new chunks (the tail of the last block plus fresh chunks, as the
+// H200's pool grows by less than the block at times). Freed blocks leave holes, so the unused
+// reserve is fragmented: it can exceed a block and still not hold it. At synchronisation points
+// (stream, event and context synchronize) each pool of the device releases chunks that hold no
+// block, highest first, while it keeps at least its release threshold; cuMemPoolTrimTo does the
+// same with its own minimum. A chunk shared with a live block is never released.
 #include <algorithm>
 
 #include "sim_cuda_internal.h"
@@ -13,15 +18,32 @@ namespace vgpusim::cuda {
 namespace {
 
 constexpr uint64_t kBlockAlignment = 512;
+constexpr uint64_t kPoolSpan = 1ull << 38;  // each pool's address range (256 GiB)
 
-// Shrinks the reservation to the smallest whole number of chunks covering max(used, keep).
+// Chunks [first, last] that a block at [start, end) lies on.
+uint64_t FirstChunk(uint64_t start) { return start / Cfg().pool_chunk; }
+uint64_t LastChunk(uint64_t end) { return (end - 1) / Cfg().pool_chunk; }
+
+uint64_t UnbackedChunks(const Pool* pool, uint64_t start, uint64_t end) {
+  uint64_t n = 0;
+  for (uint64_t c = FirstChunk(start); c <= LastChunk(end); ++c) {
+    if (c >= pool->backed.size() || !pool->backed[c]) ++n;
+  }
+  return n;
+}
+
+// Releases chunks that hold no block, highest first, while at least `keep` stays reserved.
 void TrimPool(Pool* pool, uint64_t keep) {
-  const uint64_t target = std::max(pool->used, keep);
-  if (target >= pool->reserved) return;
-  const uint64_t kept = std::min(pool->reserved, RoundUp(target, Cfg().pool_chunk));
-  if (kept < pool->reserved) {
-    State().Uncharge(pool->device, pool->reserved - kept);
-    pool->reserved = kept;
+  const uint64_t chunk = Cfg().pool_chunk;
+  std::vector<bool> occupied(pool->backed.size(), false);
+  for (const auto& [offset, size] : pool->blocks) {
+    for (uint64_t c = FirstChunk(offset); c <= LastChunk(offset + size) && c < occupied.size(); ++c) occupied[c] = true;
+  }
+  for (size_t c = pool->backed.size(); c-- > 0 && pool->reserved >= chunk && pool->reserved - chunk >= keep;) {
+    if (!pool->backed[c] || occupied[c]) continue;
+    pool->backed[c] = false;
+    pool->reserved -= chunk;
+    State().Uncharge(pool->device, chunk);
   }
 }
 
@@ -78,15 +100,39 @@ CUresult PoolAlloc(Pool* pool, uint64_t bytes, CUdeviceptr* out) {
     if (!State().TryCharge(pool->device, Cfg().pool_setup_bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
     Rt().pool_setup[pool->device] = true;
   }
-  if (pool->used + block > pool->reserved) {
-    const uint64_t grow = RoundUp(pool->used + block - pool->reserved, Cfg().pool_chunk);
+  if (pool->base == 0) {
+    pool->base = ReserveAddress(pool->device, kPoolSpan, Cfg().pool_chunk, false, false);
+    if (pool->base == 0) return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  // Where the block goes: the lowest gap that needs no new chunk, else the one that needs fewest.
+  uint64_t best = kPoolSpan, best_fresh = UINT64_MAX;
+  auto consider = [&](uint64_t gap_start, uint64_t gap_end) {
+    const uint64_t start = RoundUp(gap_start, kBlockAlignment);
+    if (best_fresh == 0 || start >= gap_end || gap_end - start < block) return;
+    const uint64_t fresh = UnbackedChunks(pool, start, start + block);
+    if (fresh < best_fresh) {
+      best = start;
+      best_fresh = fresh;
+    }
+  };
+  uint64_t gap_start = 0;
+  for (const auto& [offset, size] : pool->blocks) {
+    consider(gap_start, offset);
+    gap_start = offset + size;
+  }
+  consider(gap_start, kPoolSpan);
+  if (best_fresh == UINT64_MAX) return CUDA_ERROR_OUT_OF_MEMORY;
+  const uint64_t grow = best_fresh * Cfg().pool_chunk;
+  if (grow > 0) {
     if (pool->props.maxSize != 0 && pool->reserved + grow > pool->props.maxSize) return CUDA_ERROR_OUT_OF_MEMORY;
     if (!State().TryCharge(pool->device, grow)) return CUDA_ERROR_OUT_OF_MEMORY;
+    if (pool->backed.size() <= LastChunk(best + block)) pool->backed.resize(LastChunk(best + block) + 1, false);
+    for (uint64_t c = FirstChunk(best); c <= LastChunk(best + block); ++c) pool->backed[c] = true;
     pool->reserved += grow;
     pool->reserved_high = std::max(pool->reserved_high, pool->reserved);
   }
-  const CUdeviceptr base = ReserveAddress(pool->device, block, kBlockAlignment, false, false);
-  if (base == 0) return CUDA_ERROR_OUT_OF_MEMORY;
+  pool->blocks[best] = block;
+  const CUdeviceptr base = pool->base + best;
   pool->used += block;
   pool->used_high = std::max(pool->used_high, pool->used);
   Allocation allocation;
@@ -104,8 +150,8 @@ void PoolFree(CUdeviceptr base) {
   auto it = Rt().allocations.find(base);
   Pool* pool = it->second.pool;
   pool->used -= std::min(pool->used, it->second.size);
+  pool->blocks.erase(base - pool->base);
   Rt().allocations.erase(it);
-  ReleaseAddress(base);
 }
 
 void TrimPools(int device) {
@@ -187,13 +233,13 @@ SIM_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool handle) {
     auto& allocations = Rt().allocations;
     for (auto it = allocations.begin(); it != allocations.end();) {
       if (it->second.pool == pool) {
-        ReleaseAddress(it->first);
         it = allocations.erase(it);
       } else {
         ++it;
       }
     }
     State().Uncharge(pool->device, pool->reserved);
+    if (pool->base != 0) ReleaseAddress(pool->base);
     if (Rt().current_pool[pool->device] == pool) Rt().current_pool[pool->device] = nullptr;
     DeleteHandle(pool);
     return CUDA_SUCCESS;

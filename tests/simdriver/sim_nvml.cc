@@ -283,3 +283,9 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvm
 }
 
 SIM_EXPORT int vgpu_sim_marker(void) { return 1; }
+
+// Test-only: the most physical device `index` ever had in use at once (0 for an unknown index).
+SIM_EXPORT unsigned long long vgpu_sim_memory_high_water(unsigned index) {
+  if (static_cast<int>(index) >= State().device_count()) return 0;
+  return State().HighWaterBytes(static_cast<int>(index));
+}

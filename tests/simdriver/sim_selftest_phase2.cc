@@ -53,6 +53,30 @@ void TestPools() {
   SIM_CHECK(FreeBytes() == base - 64 * kMiB);
   SIM_OK(cuMemPoolTrimTo(pool, 0));
   SIM_CHECK(PoolAttr(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT) == 0);
+  // Fragmentation: a freed block leaves a hole that a larger block does not fit although the
+  // unused reserve is as large, and a trim keeps every chunk a live block lies on.
+  threshold = UINT64_MAX;
+  SIM_OK(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold));
+  CUdeviceptr f[3] = {};
+  for (CUdeviceptr& p : f) SIM_OK(cuMemAllocAsync(&p, 20 * kMiB, s));  // [0, 60) MiB: chunks 0 and 1
+  SIM_CHECK(PoolAttr(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT) == 64 * kMiB);
+  SIM_OK(cuMemFreeAsync(f[1], s));
+  SIM_OK(cuStreamSynchronize(s));
+  SIM_OK(cuMemPoolTrimTo(pool, 0));
+  SIM_CHECK(PoolAttr(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT) == 64 * kMiB);
+  SIM_CHECK(PoolAttr(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT) == 40 * kMiB);
+  CUdeviceptr g = 0, h = 0;
+  SIM_OK(cuMemAllocAsync(&g, 24 * kMiB, s));  // 24 MiB unused, but no 24 MiB piece: [60, 84) grows
+  SIM_CHECK(g == f[2] + 20 * kMiB);
+  SIM_CHECK(PoolAttr(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT) == 96 * kMiB);
+  SIM_OK(cuMemAllocAsync(&h, 16 * kMiB, s));  // the hole holds this one
+  SIM_CHECK(h == f[1]);
+  SIM_CHECK(PoolAttr(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT) == 96 * kMiB);
+  for (CUdeviceptr p : {f[0], f[2], g, h}) SIM_OK(cuMemFreeAsync(p, s));
+  SIM_OK(cuStreamSynchronize(s));
+  SIM_OK(cuMemPoolTrimTo(pool, 0));
+  SIM_CHECK(PoolAttr(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT) == 0);
+  SIM_CHECK(FreeBytes() == base);
   threshold = 0;
   SIM_OK(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold));
   // Explicit pools; pool OOM is CUDA_ERROR_OUT_OF_MEMORY.

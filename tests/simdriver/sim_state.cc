@@ -77,6 +77,7 @@ void ResetGeometry(StateFile* file, const Config& config) {
     dev.total_bytes = d < config.device_count ? config.memory_bytes[d] : 0;
     dev.busy_until_ns = 0;
     dev.ring_count = 0;
+    dev.high_water_bytes = 0;
   }
   std::memset(file->processes, 0, sizeof file->processes);
   std::memset(file->shares, 0, sizeof file->shares);
@@ -307,6 +308,7 @@ bool SharedState::TryCharge(int dev, uint64_t bytes) {
     if (!fits()) return false;
   }
   Own().used_bytes[dev] += bytes;
+  NoteHighWaterLocked(dev);
   return true;
 }
 
@@ -328,6 +330,7 @@ bool SharedState::OpenContext(int dev, uint64_t overhead) {
       if (used > total || overhead > total - used) return false;
     }
     proc.used_bytes[dev] += overhead;
+    NoteHighWaterLocked(dev);
   }
   ++proc.context_count[dev];
   return true;
@@ -344,6 +347,16 @@ uint64_t SharedState::UsedBytes(int dev) {
   Lock lock(file_);
   ReapLocked();
   return UsedLocked(dev);
+}
+
+void SharedState::NoteHighWaterLocked(int dev) {
+  uint64_t& high = file_->devices[dev].high_water_bytes;
+  high = std::max(high, UsedLocked(dev));
+}
+
+uint64_t SharedState::HighWaterBytes(int dev) {
+  Lock lock(file_);
+  return file_->devices[dev].high_water_bytes;
 }
 
 uint64_t SharedState::OwnUsedBytes(int dev) {

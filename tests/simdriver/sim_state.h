@@ -47,7 +47,8 @@ struct DeviceRecord {
   uint64_t total_bytes;
   uint64_t busy_until_ns;   // end of the last kernel scheduled on this device
   uint64_t ring_count;      // intervals ever appended; newest is ring[(ring_count-1) % size]
-  uint64_t reserved[5];
+  uint64_t high_water_bytes;  // the most ever used at once since the geometry was last reset
+  uint64_t reserved[4];
   BusyInterval ring[kBusyRingSize];
 };
 
@@ -138,6 +139,8 @@ class VGPU_SIM_API SharedState {
   // Reaps dead processes, then returns the bytes used on `dev` by all live processes.
   uint64_t UsedBytes(int dev);
   uint64_t OwnUsedBytes(int dev);
+  // The most `dev` ever had in use at once (every charge updates it): what sampling can miss.
+  uint64_t HighWaterBytes(int dev);
   // Live processes that have a context or a charge on `dev`, in slot order.
   std::vector<ProcessUsage> Processes(int dev);
 
@@ -164,6 +167,7 @@ class VGPU_SIM_API SharedState {
 
   void ReapLocked();
   uint64_t UsedLocked(int dev) const;
+  void NoteHighWaterLocked(int dev);
   // This process's record. After fork() the child registers a slot of its own on first use.
   layout::ProcessRecord& Own();
 

@@ -10,7 +10,8 @@
 // appears (a program at a hold point, see memory_common.h) it takes a fresh snapshot, prints it
 // and deletes the file, which lets the program continue. It stops after <dir>/observer.stop
 // appears (one last sample first) or after 120 s, and prints:
-//   peak device <d> used <bytes>
+//   peak device <d> used <bytes>   (the highest sample, or the simulated driver's own high-water
+//                                   mark when higher: an overshoot between two samples counts)
 //   peak device <d> pid <pid> used <bytes>
 //   hold <holder-pid> <label> device <d> used <bytes>
 //   hold <holder-pid> <label> device <d> pid <pid> used <bytes>
@@ -28,6 +29,8 @@
 
 #include "memory_common.h"
 #include "sim_nvml_types.h"
+
+extern "C" unsigned long long vgpu_sim_memory_high_water(unsigned index);  // test-only sim export
 
 namespace {
 
@@ -119,7 +122,9 @@ int main(int argc, char** argv) {
     if (stop) break;
     usleep(200);
   }
-  for (unsigned d = 0; d < count; ++d) std::printf("peak device %u used %llu\n", d, peak[d]);
+  for (unsigned d = 0; d < count; ++d) {
+    std::printf("peak device %u used %llu\n", d, std::max(peak[d], vgpu_sim_memory_high_water(d)));
+  }
   for (const auto& [key, used] : peak_pid) {
     std::printf("peak device %u pid %u used %llu\n", key.first, key.second, used);
   }
