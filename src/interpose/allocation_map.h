@@ -27,7 +27,7 @@ enum class AllocKind : uint8_t {
 struct AllocRecord {
   int device = -1;     // ledger device index
   AllocKind kind = AllocKind::kDevice;
-  uint64_t bytes = 0;  // what was charged (0 for pool blocks: the pool carries the charge)
+  uint64_t bytes = 0;  // what was charged; for a pool block its size (the pool carries the charge)
   uint64_t aux = 0;    // pool handle for kPoolBlock
 };
 

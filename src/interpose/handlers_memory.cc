@@ -77,14 +77,18 @@ template <typename Free>
 CUresult FreeTracked(KeySpace space, uint64_t key, Free free_fn) {
   std::optional<AllocRecord> record = memory::Take(space, key);
   if (!record) return free_fn();
-  // Device bytes being freed stay visible to NVML until the driver returns; spilled ones never were.
-  const auto inflight = record->kind == AllocKind::kSpilled ? 0 : static_cast<int64_t>(record->bytes);
+  // Device bytes being freed stay visible to NVML until the driver returns; spilled ones never
+  // were, and a pool block's stay in its pool's reserve.
+  const bool visible = record->kind != AllocKind::kSpilled && record->kind != AllocKind::kPoolBlock;
+  const auto inflight = visible ? static_cast<int64_t>(record->bytes) : 0;
   memory::NoteInflight(record->device, inflight);
   const CUresult result = free_fn();
   if (result != CUDA_SUCCESS) {
     memory::Track(space, key, *record);  // still allocated
   } else if (record->kind == AllocKind::kPoolBlock) {
-    memory::RefreshPool(reinterpret_cast<CUmemoryPool>(record->aux));
+    const auto pool = reinterpret_cast<CUmemoryPool>(record->aux);
+    memory::PoolBlockFreed(pool, static_cast<CUdeviceptr>(key), record->bytes);
+    memory::RefreshPool(pool);
   } else if (record->kind == AllocKind::kSpilled) {
     memory::ReleaseSpill(record->device, static_cast<CUdeviceptr>(key), record->bytes);
   } else {

@@ -12,6 +12,7 @@
 #include "interpose/loader.h"
 #include "interpose/memory_accounting.h"
 #include "interpose/memory_spill.h"
+#include "interpose/pool_free_ranges.h"
 
 namespace vgpu::memory {
 namespace {
@@ -22,6 +23,7 @@ struct PoolCharge {
   int device = -1;
   uint64_t charged = 0;        // what the ledger holds for this pool's reserve
   uint64_t learned_extra = 0;  // largest growth seen beyond a block's 2 MiB-rounded size
+  PoolFreeRanges free_ranges;  // freed blocks the reserve still holds (pool_free_ranges.h)
 };
 
 // Pools are few and their allocations already cost a driver round trip: one mutex for all.
@@ -62,16 +64,22 @@ void SetCharge(PoolCharge& charge, uint64_t target) {
   }
 }
 
+// Follows the pool's reserve as the driver reports it. A reserve below the charge means the pool
+// released memory, and which of its free ranges went is unknown: they are forgotten. Returns
+// true if the charge went down. REQUIRES: g_pools_mu held.
+bool Follow(CUmemoryPool pool, PoolCharge& charge) {
+  uint64_t reserved = 0;
+  if (!Reserved(pool, &reserved)) return false;
+  const bool shrank = reserved < charge.charged;
+  if (shrank) charge.free_ranges.Clear();
+  SetCharge(charge, reserved);
+  return shrank;
+}
+
 // REQUIRES: g_pools_mu held.
 bool RefreshAllPoolsLocked() {
   bool shrank = false;
-  for (auto& [pool, charge] : Pools()) {
-    uint64_t reserved = 0;
-    if (Reserved(pool, &reserved) && reserved < charge.charged) {
-      SetCharge(charge, reserved);
-      shrank = true;
-    }
-  }
+  for (auto& [pool, charge] : Pools()) shrank |= Follow(pool, charge);
   return shrank;
 }
 
@@ -88,16 +96,13 @@ bool Capturing(CUstream stream, bool per_thread) {
   return is_capturing(stream, &status) == CUDA_SUCCESS && status != CU_STREAM_CAPTURE_STATUS_NONE;
 }
 
-// The allocation protocol shared by every stream-ordered entry: reserve the most the pool can
-// grow for this block, allocate, then turn that headroom into the pool's real growth.
-// The most a pool can grow for a block: nothing when its unused reserve already holds the block,
-// else the block rounded to 2 MiB plus the largest extra growth this pool has shown.
-uint64_t Headroom(CUmemoryPool pool, const PoolCharge& charge, uint64_t reserved, size_t bytesize) {
-  uint64_t used = 0;
-  if (PoolAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &used) && reserved >= used &&
-      reserved - used >= bytesize) {
-    return 0;
-  }
+// The most a pool can grow for a block: nothing when a range its reserve is known to hold fits
+// the block, else the block rounded to 2 MiB plus the largest extra growth this pool has shown.
+// The unused reserve as a total is no guide: fragmented, it can exceed the block many times and
+// still grow for it (an H200's default pool after PyTorch's cudaMallocAsync backend ran 60
+// random blocks: 336 MiB unused, the largest free piece 44 MiB).
+uint64_t Headroom(const PoolCharge& charge, size_t bytesize) {
+  if (bytesize <= charge.free_ranges.Largest()) return 0;
   return (bytesize + kPoolGranularity - 1) / kPoolGranularity * kPoolGranularity + charge.learned_extra;
 }
 
@@ -107,8 +112,7 @@ void UndoGrowth(CUmemoryPool pool, PoolCharge& charge, CUdeviceptr block, CUstre
   if (g_cuda.cuMemFreeAsync != nullptr) g_cuda.cuMemFreeAsync(block, stream);
   if (g_cuda.cuStreamSynchronize != nullptr) g_cuda.cuStreamSynchronize(stream);
   if (g_cuda.cuMemPoolTrimTo != nullptr) g_cuda.cuMemPoolTrimTo(pool, 0);
-  uint64_t reserved = 0;
-  if (Reserved(pool, &reserved)) SetCharge(charge, reserved);
+  Follow(pool, charge);
 }
 
 // The allocation protocol shared by every stream-ordered entry: reserve the most the pool can
@@ -119,9 +123,8 @@ CUresult AllocateFromPool(CUmemoryPool pool, int device, CUdeviceptr* dptr, size
   PoolsLock lock;
   PoolCharge& charge = Pools()[pool];
   if (charge.device < 0) charge.device = device;
-  uint64_t before = charge.charged;
-  if (Reserved(pool, &before)) SetCharge(charge, before);
-  const uint64_t headroom = Headroom(pool, charge, before, bytesize);
+  Follow(pool, charge);
+  const uint64_t headroom = Headroom(charge, bytesize);
   if (!Reserve(charge.device, headroom)) return CUDA_ERROR_OUT_OF_MEMORY;
   NoteInflight(charge.device, static_cast<int64_t>(headroom));
   const CUresult result = allocate();
@@ -153,8 +156,9 @@ CUresult AllocateFromPool(CUmemoryPool pool, int device, CUdeviceptr* dptr, size
     UndoGrowth(pool, charge, *dptr, stream);
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
+  charge.free_ranges.Take(*dptr, bytesize);
   Track(KeySpace::kPointer, static_cast<uint64_t>(*dptr),
-        AllocRecord{charge.device, AllocKind::kPoolBlock, 0, reinterpret_cast<uint64_t>(pool)});
+        AllocRecord{charge.device, AllocKind::kPoolBlock, bytesize, reinterpret_cast<uint64_t>(pool)});
   return result;
 }
 
@@ -194,8 +198,13 @@ CUresult AllocAsync(HookId id, bool per_thread, CUdeviceptr* dptr, size_t bytesi
 void RefreshPool(CUmemoryPool pool) {
   PoolsLock lock;
   auto it = Pools().find(pool);
-  uint64_t reserved = 0;
-  if (it != Pools().end() && Reserved(pool, &reserved)) SetCharge(it->second, reserved);
+  if (it != Pools().end()) Follow(pool, it->second);
+}
+
+void PoolBlockFreed(CUmemoryPool pool, CUdeviceptr block, uint64_t bytes) {
+  PoolsLock lock;
+  auto it = Pools().find(pool);
+  if (it != Pools().end()) it->second.free_ranges.Add(block, bytes);
 }
 
 bool RefreshAllPools() {
@@ -270,8 +279,12 @@ CUresult FreeAsync(HookId id, bool per_thread, CUdeviceptr dptr, CUstream stream
   if (record && record->kind == memory::AllocKind::kSpilled) return FreeSpilledAsync(real, per_thread, *record, dptr, stream);
   const CUresult result = real(dptr, stream);
   if (record && result != CUDA_SUCCESS) memory::Track(memory::KeySpace::kPointer, dptr, *record);
-  if (record && result == CUDA_SUCCESS && record->kind != memory::AllocKind::kPoolBlock) {
-    memory::Release(record->device, record->bytes);  // cuMemFreeAsync of a cuMemAlloc pointer
+  if (record && result == CUDA_SUCCESS) {
+    if (record->kind == memory::AllocKind::kPoolBlock) {
+      memory::PoolBlockFreed(reinterpret_cast<CUmemoryPool>(record->aux), dptr, record->bytes);
+    } else {
+      memory::Release(record->device, record->bytes);  // cuMemFreeAsync of a cuMemAlloc pointer
+    }
   }
   return result;
 }

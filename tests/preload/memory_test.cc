@@ -139,6 +139,27 @@ TEST_P(MemoryPoolSetupTest, DriverMemoryAppearingAtTheFirstPoolAllocationStillCo
 
 INSTANTIATE_TEST_SUITE_P(Pools, MemoryPoolSetupTest, ::testing::Values("async", "pool"));
 
+// A fragmented pool (the H200's default pool after PyTorch's cudaMallocAsync backend ran a random
+// sequence of blocks): its unused reserve is larger than the next block, but in holes none of
+// which holds it, so the pool grows for the block. Admission must reserve that growth: the free
+// figure's promise (free - 2 MiB fits, free + 64 MiB is refused) holds, and the container stays
+// within its limit. The old admission took "unused >= block" to mean "no growth" and let
+// free + 64 MiB through on the headroom.
+TEST_F(MemoryTest, FragmentedPoolGrowsForABlockItsUnusedReserveExceeds) {
+  const uint64_t limit = 1 * kGiB;
+  const auto [run, obs] = RunObserved({"memory_pools", "fragmented"}, Limit(limit));
+  ASSERT_EQ(run.exit_code, 0) << Describe(run);
+  const Transcript t(run);
+  SCOPED_TRACE(Describe(run));
+  const uint64_t unused = t.U64("reserved") - t.U64("used");
+  ASSERT_GE(t.U64("free"), 4 * kMiB) << "the fit would test nothing";
+  ASSERT_GE(unused, t.U64("free_again") + 64 * kMiB) << "not the fragmented case";
+  EXPECT_EQ(t.U64("fit_code"), 0u);
+  EXPECT_LE(obs.HoldUsed("fit", 0), limit);
+  EXPECT_EQ(t.U64("refused_code"), kOom);
+  EXPECT_LE(obs.Peak(0), limit) << "observer peak " << MiB(obs.Peak(0));
+}
+
 // Pools keep freed memory reserved (release threshold): it stays charged until trimmed or the
 // pool is destroyed, and reusing it charges nothing more.
 class MemoryPoolReserveTest : public MemoryTest, public ::testing::WithParamInterface<std::string> {};

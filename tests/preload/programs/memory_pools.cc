@@ -12,6 +12,11 @@
 //        allocations until refused.
 //   memory_pools default   steps 1 to 3 with the device's default pool (cuMemAllocAsync),
 //                          threshold restored to 0 at the end.
+//   memory_pools fragmented  the default pool (threshold UINT64_MAX) filled with blocks of 24 MiB
+//     until free is below 96 MiB, every other one freed, and a trim: the unused reserve is in
+//     holes of 24 MiB that no trim can release. Then free is read and one block of (free - 2 MiB) is allocated (hold
+//     point "fit"), freed and trimmed away, free read again, and one of (free + 64 MiB) tried:
+//     the unused reserve exceeds both, no hole holds either, so the pool must grow for them.
 // Reports "<step>_…" counts, refusal codes, reservations and free figures.
 #include <cuda.h>
 
@@ -153,12 +158,63 @@ int Run(bool use_default) {
   return 0;
 }
 
+uint64_t PoolAttr(CUmemoryPool pool, CUmemPool_attribute attribute) {
+  cuuint64_t value = 0;
+  CHECK_CU(cuMemPoolGetAttribute(pool, attribute, &value));
+  return value;
+}
+
+int Fragmented() {
+  const CUdevice dev = memtest::InitPrimaryContext(0);
+  PoolUser user;
+  user.use_default = true;
+  CHECK_CU(cuStreamCreate(&user.stream, CU_STREAM_NON_BLOCKING));
+  CHECK_CU(cuDeviceGetDefaultMemPool(&user.pool, dev));
+  user.SetThreshold(UINT64_MAX);
+  std::vector<CUdeviceptr> kept;
+  while (memtest::FreeBytes() > 96 * kMiB && kept.size() < 100) {  // pairs: one kept, one freed
+    CUdeviceptr p = 0;
+    CHECK_CU(cuMemAllocAsync(&p, 24 * kMiB, user.stream));
+    kept.push_back(p);
+    CHECK_CU(cuMemAllocAsync(&p, 24 * kMiB, user.stream));
+    user.blocks.push_back(p);
+  }
+  user.FreeBlocks();
+  CHECK_CU(cuMemPoolTrimTo(user.pool, 0));
+  Report("reserved", PoolAttr(user.pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT));
+  Report("used", PoolAttr(user.pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT));
+  // What free_check.py does on the GPU (tests/gpu/memory): the fit, then the refusal.
+  const uint64_t free = memtest::FreeBytes();
+  Report("free", free);
+  CUdeviceptr p = 0;
+  CUresult rc = free > 2 * kMiB ? cuMemAllocAsync(&p, free - 2 * kMiB, user.stream) : CUDA_SUCCESS;
+  Report("fit_code", rc);
+  memtest::HoldPoint("fit");
+  if (rc == CUDA_SUCCESS && p != 0) user.blocks.push_back(p);
+  user.FreeBlocks();
+  CHECK_CU(cuMemPoolTrimTo(user.pool, 0));
+  const uint64_t free_again = memtest::FreeBytes();
+  Report("free_again", free_again);
+  p = 0;
+  rc = cuMemAllocAsync(&p, free_again + 64 * kMiB, user.stream);
+  Report("refused_code", rc);
+  if (rc == CUDA_SUCCESS) user.blocks.push_back(p);
+  user.blocks.insert(user.blocks.end(), kept.begin(), kept.end());
+  user.FreeBlocks();
+  user.SetThreshold(0);
+  CHECK_CU(cuMemPoolTrimTo(user.pool, 0));
+  CHECK_CU(cuStreamDestroy(user.stream));
+  std::printf("done\n");
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
   if (mode == "custom") return Run(false);
   if (mode == "default") return Run(true);
-  std::fprintf(stderr, "usage: memory_pools custom|default\n");
+  if (mode == "fragmented") return Fragmented();
+  std::fprintf(stderr, "usage: memory_pools custom|default|fragmented\n");
   return 2;
 }
