@@ -195,24 +195,18 @@ def type_name(e):
     return f"{type(e).__module__}.{type(e).__qualname__}" if e is not None else "none"
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--framework", required=True)
-    ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--ops", type=int, default=60)
-    ap.add_argument("--max-mib", type=int, default=256)
-    args = ap.parse_args()
-    fw = make(args.framework)
-    rng = random.Random(args.seed)
+def random_sequence(fw, rng, ops, max_mib, on_alloc=None):
+    """The seeded random allocations and frees; returns (live [(bytes, buffer)], bytes held).
+    on_alloc(n) is called after each successful allocation (tests/gpu/memory/pool_probe.py)."""
     live = []
     held = 0
-    for op in range(args.ops):
+    for op in range(ops):
         if live and (rng.random() < 0.4):
             n, buf = live.pop(rng.randrange(len(live)))
             fw.free_buffer(buf)
             held -= n
             continue
-        n = rng.randint(1 * MiB, args.max_mib * MiB)
+        n = rng.randint(1 * MiB, max_mib * MiB)
         if rng.random() < 0.8:
             n += rng.randint(1, 2 * MiB - 1)  # not a multiple of the granule
         try:
@@ -227,8 +221,22 @@ def main():
             continue
         live.append((n, buf))
         held += n
+        if on_alloc is not None:
+            on_alloc(n)
         if op % 7 == 0:
             fw.kernel(buf)
+    return live, held
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--framework", required=True)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--ops", type=int, default=60)
+    ap.add_argument("--max-mib", type=int, default=256)
+    args = ap.parse_args()
+    fw = make(args.framework)
+    live, held = random_sequence(fw, random.Random(args.seed), args.ops, args.max_mib)
     fw.release_caches()
     free, total = fw.mem_info()
     print(f"mem_info free={free} total={total} held={held} live={len(live)}", flush=True)

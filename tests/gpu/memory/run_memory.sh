@@ -269,7 +269,7 @@ for fw in driver torch torch-expandable torch-async cupy jax; do
     torch-async) envs=(PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync) ;;
     jax) envs=(XLA_PYTHON_CLIENT_ALLOCATOR=platform XLA_PYTHON_CLIENT_PREALLOCATE=false) ;;
   esac
-  for seed in 3 11; do
+  for seed in 3 5 11; do
     mem_watch "free-$fw-$seed" 300 CUDA_DEVICE_MEMORY_LIMIT=$MEM_FREE_LIMIT ${envs[@]+"${envs[@]}"} -- \
       python3 "$MEM_HERE/free_check.py" --framework $fw --seed $seed
     if [ -z "$MEM_RESULT" ]; then
