@@ -100,7 +100,7 @@ bool Capturing(CUstream stream, bool per_thread) {
 // the block, else the block rounded to 2 MiB plus the largest extra growth this pool has shown.
 // The unused reserve as a total is no guide: fragmented, it can exceed the block many times and
 // still grow for it (an H200's default pool after PyTorch's cudaMallocAsync backend ran 60
-// random blocks: 336 MiB unused, the largest free piece 44 MiB).
+// random blocks: 320 MiB unused, the largest free piece 44 MiB).
 uint64_t Headroom(const PoolCharge& charge, size_t bytesize) {
   if (bytesize <= charge.free_ranges.Largest()) return 0;
   return (bytesize + kPoolGranularity - 1) / kPoolGranularity * kPoolGranularity + charge.learned_extra;
