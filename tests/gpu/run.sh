@@ -13,7 +13,8 @@
 # "--only matrix" and "--only compat"):
 #   interpose  the library's shape; same results with and without it (driver/runtime API,
 #              PyTorch, JAX, CuPy); hook layers; pass-through (~2 min)
-#   memory     the hard memory limit on all 14 allocation paths and under the frameworks (~1 min)
+#   memory     the hard memory limit on all 14 allocation paths, under the frameworks, the free
+#              figure at three seeds per allocator, groups of 8, 16 and 32 processes (~3 min)
 #   oversub    memory oversubscription (~0.5 min)
 #   overhead   launch and alloc/free cost, library against native (~2 min)
 #   compute    compute-limit accuracy, spin kernels and PyTorch training (bench/compute_accuracy.py,
