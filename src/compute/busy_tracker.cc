@@ -349,6 +349,7 @@ PollResult BusyTracker::ProcessMarkLocked(StreamState& st, const PendingMark& ma
     result.intervals = 1;
     result.estimated_ns = mark.estimate_ns;
     if (timed && st.chain_open && !mark.unmeasurable) {
+      if (mark.launches > 0) NoteSpanLocked(st, (time - st.chain_time_ns) / mark.launches, mark.host_ns);
       int64_t begin = st.chain_time_ns;
       if (st.chain_from_begin) begin += std::min(options_.begin_skew_ns, (time - begin) / 2);
       if (!mark.deep && UniformCostLocked(st)) {
@@ -368,6 +369,27 @@ PollResult BusyTracker::ProcessMarkLocked(StreamState& st, const PendingMark& ma
   st.chain_time_ns = time;
   st.chain_from_begin = mark.begin;
   return result;
+}
+
+void BusyTracker::NoteSpanLocked(StreamState& st, int64_t span_ns, int64_t now) {
+  if (now - span_now_.start_ns >= options_.span_window_ns) {
+    span_before_ = now - span_now_.start_ns < 2 * options_.span_window_ns ? span_now_ : SpanWindow{};
+    span_now_ = SpanWindow{now, 0, 0};
+  }
+  span_now_.longest_ns = std::max(span_now_.longest_ns, span_ns);
+  if (st.span_window_start_ns != span_now_.start_ns) {
+    st.span_window_start_ns = span_now_.start_ns;
+    ++span_now_.streams;
+  }
+}
+
+int64_t BusyTracker::LaunchSpanNs(int64_t now) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const int64_t age = now - span_now_.start_ns;
+  if (age >= 2 * options_.span_window_ns) return 0;  // nothing measured lately
+  const SpanWindow before = age < options_.span_window_ns ? span_before_ : SpanWindow{};
+  if (std::max(span_now_.streams, before.streams) < 2) return 0;
+  return std::max(span_now_.longest_ns, before.longest_ns);
 }
 
 // A broken event: the interval it closes cannot be measured; its estimate stands.

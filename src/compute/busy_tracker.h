@@ -100,6 +100,8 @@ struct BusyTrackerOptions {
   double uniform_cost_ratio = 1.25;
   int uniform_min_samples = 8;
   int uniform_max_launches = 4;
+  // LaunchSpanNs() looks back one to two of these windows.
+  int64_t span_window_ns = 1'000'000'000;
 };
 
 // Returned by BeforeLaunch, passed back to AfterLaunch.
@@ -166,6 +168,12 @@ class BusyTracker {
 
   TrackerStats stats() const;
 
+  // How long one launch lasts on its stream (a measured interval's length over its launches; a
+  // launch that waits for the GPU's SMs lasts longer), the longest seen in the last one to two
+  // span windows, when at least two streams had measured launches in them; 0 otherwise. A
+  // process whose concurrent streams run long launches needs longer runs (Controller).
+  int64_t LaunchSpanNs(int64_t now) const;
+
  private:
   struct PendingMark {
     EventId event;
@@ -177,6 +185,13 @@ class BusyTracker {
     int64_t estimate_ns;       // estimates charged for those launches
     int64_t host_ns;           // when it was recorded (host clock)
     int64_t horizon;           // union horizon when it was recorded (pruning bound)
+  };
+  // The longest launch span and the streams that had measured launches, per span window: the
+  // current window and the one before.
+  struct SpanWindow {
+    int64_t start_ns = 0;
+    int64_t longest_ns = 0;
+    int streams = 0;
   };
   struct StreamState {
     StreamKey key = 0;
@@ -206,6 +221,7 @@ class BusyTracker {
     double deep_cost_ns = 0;
     double deep_max_ns = 0;
     int32_t deep_samples = 0;
+    int64_t span_window_start_ns = -1;  // the span window this stream was last counted in
   };
 
   int FindOrCreateLocked(StreamKey stream);
@@ -224,6 +240,7 @@ class BusyTracker {
   PollResult PollLocked(int64_t now);
   void PruneUnionLocked();
   void FreeSlotLocked(int slot);
+  void NoteSpanLocked(StreamState& st, int64_t span_ns, int64_t now);
   double EstimateLocked(const StreamState& st) const;
   bool UniformCostLocked(const StreamState& st) const;
 
@@ -245,6 +262,8 @@ class BusyTracker {
   bool has_default_estimate_ = false;              // guarded by mu_
   bool events_exhausted_ = false;                  // guarded by mu_
   TrackerStats stats_;                             // guarded by mu_
+  SpanWindow span_now_;                            // guarded by mu_
+  SpanWindow span_before_;                         // guarded by mu_
 };
 
 }  // namespace vgpu::compute

@@ -177,6 +177,26 @@ TEST(BusyTrackerTest, ConcurrentStreamsCountTheUnionNotTheSum) {
   EXPECT_EQ(rig.Measured(), rig.Truth());
 }
 
+TEST(BusyTrackerTest, LaunchSpanIsTheLongestLaunchOfConcurrentStreams) {
+  Rig rig;
+  const int64_t window = BusyTrackerOptions().span_window_ns;
+  rig.Advance(10 * window);  // a real clock is far from 0
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(rig.Launch(rig.s0, 5 * kMs));
+    rig.Advance(6 * kMs);
+    rig.Measured();
+  }
+  EXPECT_EQ(rig.tracker.LaunchSpanNs(rig.now), 0);  // one stream: runs lose nothing at their ends
+  ASSERT_TRUE(rig.Launch(rig.s0, 5 * kMs));
+  ASSERT_TRUE(rig.Launch(rig.s1, 2 * kMs));
+  rig.Advance(6 * kMs);
+  rig.Measured();
+  EXPECT_EQ(rig.tracker.LaunchSpanNs(rig.now), 5 * kMs);
+  // Remembered for one to two windows, then forgotten.
+  EXPECT_EQ(rig.tracker.LaunchSpanNs(rig.now + window + kMs), 5 * kMs);
+  EXPECT_EQ(rig.tracker.LaunchSpanNs(rig.now + 2 * window + kMs), 0);
+}
+
 TEST(BusyTrackerTest, LongIntervalOnOneStreamFillsGapsOfAnother) {
   Rig rig;
   ASSERT_TRUE(rig.Launch(rig.s0, 10 * kMs));  // one long kernel

@@ -122,6 +122,16 @@ struct ControllerOptions {
   // 0: bursts of admit_ahead_ns, launch by launch (serialises a process's concurrent kernels).
   int64_t period_ns = 50'000'000;
   int64_t min_run_ns = 1'000'000;               // a run is at least this long
+  // Long launches on concurrent streams stretch the period (SetLaunchSpan): at a run's end the
+  // streams finish their last launches one after another, and while they do the GPU counts as
+  // busy but runs fewer kernels at once than natively, for about one launch span per run (on an
+  // H200, 16 streams of 5 ms kernels at a limit of 90: 84% of the throughput with 50 ms periods,
+  // 89.4% with 200 ms). The period is at least spans_per_period launch spans, at most
+  // max_period_ns (or period_ns, if longer); not beside other processes that take turns.
+  // At most 200 ms: a longer period makes each second's share swing by a run's length, and
+  // beside neighbours that it does not see taking turns a longer run holds the GPU longer.
+  int64_t spans_per_period = 40;
+  int64_t max_period_ns = 200'000'000;
 };
 
 // What the controller currently does, for tests, logs and `vgpu top`.
@@ -160,6 +170,12 @@ class Controller {
   void AddMeasured(int64_t busy_ns);
   // Time a thread was told to wait.
   void AddThrottled(int64_t wait_ns);
+  // The longest launch span of the process's concurrent streams (BusyTracker::LaunchSpanNs; 0:
+  // none, or one stream): runs lengthen the period to spans_per_period of them.
+  void SetLaunchSpan(int64_t span_ns);
+  // The period runs use now: period_ns, or longer for long concurrent launches while no other
+  // process took a turn on the GPU within turn_recent_ns.
+  int64_t PeriodNs(int64_t now) const;
   // Marks the container active on this GPU for the priority board (rate-limited).
   void NoteActivity(int64_t now);
   // Runs the periodic update if due (AdmitDelayNs calls it; a background tick may too).
@@ -204,6 +220,7 @@ class Controller {
   std::atomic<int64_t> turn_wait_since_{0};  // start of the current wait for others, 0 = none
   std::atomic<int64_t> claimed_until_{0};  // this process's claim, ahead of the published one
   std::atomic<int64_t> run_end_ns_{0};     // runs: the current run admits every launch until then
+  std::atomic<int64_t> launch_span_ns_{0};  // SetLaunchSpan
 };
 
 }  // namespace vgpu::compute

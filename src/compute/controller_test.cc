@@ -404,6 +404,28 @@ TEST(ControllerSliceTest, RunsTakeTheShareOfEachPeriodAndRestTheRest) {
   }
 }
 
+TEST(ControllerSliceTest, LongConcurrentLaunchesStretchThePeriod) {
+  ComputeShareState state{};
+  Controller c(&state, nullptr, nullptr, ControllerOptions(), Limits(90));  // 50 ms
+  EXPECT_EQ(c.PeriodNs(kStart), 50 * kMs);
+  c.SetLaunchSpan(500 * kUs);  // 40 spans = 20 ms: the period stays
+  EXPECT_EQ(c.PeriodNs(kStart), 50 * kMs);
+  c.SetLaunchSpan(5 * kMs);
+  EXPECT_EQ(c.PeriodNs(kStart), 200 * kMs);
+  SliceTrace trace = RunSaturating(c, 2 * kSec, 12 * kSec);
+  ASSERT_GE(trace.runs.size(), 5u);
+  for (int64_t run : trace.runs) EXPECT_NEAR(run, 180 * kMs, 1 * kMs);
+  EXPECT_NEAR(trace.share, 0.90, 0.005);
+  c.SetLaunchSpan(20 * kMs);
+  EXPECT_EQ(c.PeriodNs(kStart), 200 * kMs);  // at most max_period_ns
+  c.SetLaunchSpan(0);
+  EXPECT_EQ(c.PeriodNs(kStart), 50 * kMs);
+  ComputeShareState bursts_state{};
+  Controller bursts(&bursts_state, nullptr, nullptr, Bursts(), Limits(90));
+  bursts.SetLaunchSpan(5 * kMs);
+  EXPECT_EQ(bursts.PeriodNs(kStart), 0);  // no runs, no period to stretch
+}
+
 TEST(ControllerSliceTest, ARunAdmitsEveryLaunchUntilItsEndWhateverTheirCharges) {
   ComputeShareState state{};
   Controller c(&state, nullptr, nullptr, ControllerOptions(), Limits(30));  // 50 ms: runs of 15 ms
@@ -545,6 +567,17 @@ TEST(ControllerTurnTest, BurstsAreLongerWhileOthersTakeTurns) {
   const int64_t later = kStart + options.turn_recent_ns + 1 * kMs;
   p.state_b.vclock_ns.store(later + 4 * kMs);
   EXPECT_EQ(p.b.AdmitDelayNs(later), 4 * kMs);
+}
+
+TEST(ControllerTurnTest, BesideOthersTakingTurnsThePeriodIsNotStretched) {
+  ControllerOptions options;  // runs of 50 ms
+  TurnPair p(options);
+  p.b.SetLaunchSpan(5 * kMs);
+  EXPECT_EQ(p.b.PeriodNs(kStart), 200 * kMs);
+  p.a.ClaimTurn(100 * kUs, kStart);  // another process takes turns on this GPU ...
+  p.b.AdmitDelayNs(kStart);          // ... which b sees at its next admission
+  EXPECT_EQ(p.b.PeriodNs(kStart), 50 * kMs);
+  EXPECT_EQ(p.b.PeriodNs(kStart + options.turn_recent_ns + 1 * kMs), 200 * kMs);
 }
 
 TEST(ControllerTurnTest, UnlimitedOrOptedOutProcessesNeitherWaitNorClaim) {
