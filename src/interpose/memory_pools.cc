@@ -64,22 +64,24 @@ void SetCharge(PoolCharge& charge, uint64_t target) {
   }
 }
 
-// Follows the pool's reserve as the driver reports it. A reserve below the charge means the pool
-// released memory, and which of its free ranges went is unknown: they are forgotten. Returns
-// true if the charge went down. REQUIRES: g_pools_mu held.
-bool Follow(CUmemoryPool pool, PoolCharge& charge) {
+// Follows the pool's reserve as the driver reports it: down always, up only when `up` (never
+// from inside a refused reservation: raising the charge reserves, whose refusal refreshes the
+// pools again). A reserve below the charge means the pool released memory, and which of its free
+// ranges went is unknown: they are forgotten. Returns true if the charge went down.
+// REQUIRES: g_pools_mu held.
+bool Follow(CUmemoryPool pool, PoolCharge& charge, bool up = true) {
   uint64_t reserved = 0;
   if (!Reserved(pool, &reserved)) return false;
   const bool shrank = reserved < charge.charged;
   if (shrank) charge.free_ranges.Clear();
-  SetCharge(charge, reserved);
+  if (shrank || up) SetCharge(charge, reserved);
   return shrank;
 }
 
 // REQUIRES: g_pools_mu held.
 bool RefreshAllPoolsLocked() {
   bool shrank = false;
-  for (auto& [pool, charge] : Pools()) shrank |= Follow(pool, charge);
+  for (auto& [pool, charge] : Pools()) shrank |= Follow(pool, charge, /*up=*/false);
   return shrank;
 }
 
