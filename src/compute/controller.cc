@@ -71,9 +71,7 @@ int64_t Controller::AdmitDelayNs(int64_t now) {
   if (CurrentRatePpm() >= kFullShare) return 0;
   const int64_t debt = state_->vclock_ns.load(kRelaxed) - now;
   if (Running()) return RunDelayNs(now, debt);
-  const int64_t other_turn = other_turn_ns_.load(kRelaxed);
-  const bool sharing = other_turn != 0 && now - other_turn < options_.turn_recent_ns;
-  const int64_t tolerated = sharing ? options_.turn_admit_ahead_ns : options_.admit_ahead_ns;
+  const int64_t tolerated = SharingGpu(now) ? options_.turn_admit_ahead_ns : options_.admit_ahead_ns;
   if (debt > tolerated) return std::min(debt, options_.max_sleep_ns);
   return TurnDelayNs(now);
 }
@@ -119,14 +117,19 @@ int64_t Controller::PeriodNs(int64_t now) const {
   if (options_.period_ns <= 0 || span <= 0 || options_.spans_per_period <= 0) return options_.period_ns;
   // Beside other limited processes the runs take turns with theirs: periods of different lengths
   // would let the longer ones hold the GPU longer (3 x 30 on the H200: 23.2 / 26.9 / 45.4).
-  const int64_t other_turn = other_turn_ns_.load(kRelaxed);
-  if (other_turn != 0 && now - other_turn < options_.turn_recent_ns) return options_.period_ns;
+  if (SharingGpu(now)) return options_.period_ns;
   const int64_t cap = std::max(options_.period_ns, options_.max_period_ns);
   const int64_t wanted = span > cap / options_.spans_per_period ? cap : span * options_.spans_per_period;
   return std::clamp(wanted, options_.period_ns, cap);
 }
 
 // --- Turns ---------------------------------------------------------------------------------
+
+// Another process took a turn on this GPU within turn_recent_ns.
+bool Controller::SharingGpu(int64_t now) const {
+  const int64_t other_turn = other_turn_ns_.load(kRelaxed);
+  return other_turn != 0 && now - other_turn < options_.turn_recent_ns;
+}
 
 bool Controller::TakesTurns() const {
   return turn_ != nullptr && options_.take_turns && CurrentRatePpm() < kFullShare;

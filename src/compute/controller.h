@@ -204,6 +204,7 @@ class Controller {
   uint64_t TurnToken(int64_t now);
   int64_t TurnDelayNs(int64_t now);
   bool Running() const;
+  bool SharingGpu(int64_t now) const;
   int64_t RunDelayNs(int64_t now, int64_t debt);
 
   ComputeShareState* const state_;

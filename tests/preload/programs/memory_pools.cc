@@ -33,6 +33,12 @@ using memtest::Report;
 
 constexpr uint64_t kChunk = 64 * kMiB;
 
+uint64_t PoolAttr(CUmemoryPool pool, CUmemPool_attribute attribute) {
+  cuuint64_t value = 0;
+  CHECK_CU(cuMemPoolGetAttribute(pool, attribute, &value));
+  return value;
+}
+
 struct PoolUser {
   CUmemoryPool pool = nullptr;
   CUstream stream = nullptr;
@@ -63,11 +69,7 @@ struct PoolUser {
     blocks.clear();
     CHECK_CU(cuStreamSynchronize(stream));
   }
-  uint64_t Reserved() const {
-    cuuint64_t reserved = 0;
-    CHECK_CU(cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved));
-    return reserved;
-  }
+  uint64_t Reserved() const { return PoolAttr(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT); }
   void SetThreshold(uint64_t bytes) {
     cuuint64_t value = bytes;
     CHECK_CU(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &value));
@@ -158,12 +160,6 @@ int Run(bool use_default) {
   return 0;
 }
 
-uint64_t PoolAttr(CUmemoryPool pool, CUmemPool_attribute attribute) {
-  cuuint64_t value = 0;
-  CHECK_CU(cuMemPoolGetAttribute(pool, attribute, &value));
-  return value;
-}
-
 int Fragmented() {
   const CUdevice dev = memtest::InitPrimaryContext(0);
   PoolUser user;
@@ -181,7 +177,7 @@ int Fragmented() {
   }
   user.FreeBlocks();
   CHECK_CU(cuMemPoolTrimTo(user.pool, 0));
-  Report("reserved", PoolAttr(user.pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT));
+  Report("reserved", user.Reserved());
   Report("used", PoolAttr(user.pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT));
   // What free_check.py does on the GPU (tests/gpu/memory): the fit, then the refusal.
   const uint64_t free = memtest::FreeBytes();
