@@ -155,18 +155,28 @@ bool BusyTracker::UniformCostLocked(const StreamState& st) const {
 // --- Launch path ---------------------------------------------------------------------------
 
 // How much a stream may have queued: at most `window` unfinished launches, and at most
-// max_inflight_work_ns of work at a conservative cost per launch.
+// max_inflight_work_ns of work at the rate its queue drains.
 int64_t BusyTracker::InflightWaitLocked(StreamState& st, int64_t now) {
   int64_t unfinished = st.pending_launches + st.tail_launches;
   if (unfinished >= st.window) return options_.probe_wait_ns;
-  double cost = std::max(EstimateLocked(st), st.max_cost_ns);
-  if (static_cast<double>(unfinished) * cost > static_cast<double>(options_.max_inflight_work_ns)) {
+  if (static_cast<double>(unfinished) * QueuedCostLocked(st) > static_cast<double>(options_.max_inflight_work_ns)) {
     return options_.probe_wait_ns;
   }
   if (!st.pending.empty() && now - st.pending.front().host_ns > options_.max_inflight_age_ns) {
     return options_.probe_wait_ns;
   }
   return 0;
+}
+
+// The cost per launch of a stream's queue, in wall time: its measured intervals' total length
+// over their launches (decaying sums), else the estimate. Not the union busy time each interval
+// added: with several streams, the interval that reaches the union first is credited with time
+// the other streams' kernels shared, so single intervals read far above their launches' cost (a
+// decaying maximum of those made one host thread feeding 16 streams of 50 us kernels wait 16% of
+// its time on an H200). A ratio of sums also keeps one long interval of one launch (a kernel that
+// waited for the SMs) from counting for the whole queue.
+double BusyTracker::QueuedCostLocked(const StreamState& st) const {
+  return st.drain_launches > 0 ? st.drain_span_ns / st.drain_launches : EstimateLocked(st);
 }
 
 int64_t BusyTracker::BeforeLaunch(StreamKey stream, int64_t now, LaunchTicket* ticket) {
@@ -178,7 +188,11 @@ int64_t BusyTracker::BeforeLaunch(StreamKey stream, int64_t now, LaunchTicket* t
   int64_t wait = InflightWaitLocked(st, now);
   if (wait > 0) {
     MarkTailLocked(st, now);  // so that the wait can observe the tail's completion
-    if (!st.pending.empty()) return wait;
+    if (!st.pending.empty()) {
+      ++stats_.queue_waits;
+      stats_.queue_wait_ns += wait;
+      return wait;
+    }
     // Nothing to wait for (no events available): measuring is impossible, launch unmetered.
   }
   CollapseIntervalIfShallowLocked(st);
@@ -307,21 +321,27 @@ bool BusyTracker::AbsoluteTimeLocked(EventId event, int64_t* time) {
   return true;
 }
 
-// Learns from a measured interval: the per-launch estimate (EWMA), a slowly decaying maximum
-// per-launch cost (for the queued-work bound), and the stream's window of unfinished launches,
+// Learns from a measured interval: the per-launch estimate (EWMA), how fast the stream's queue
+// drains (for the queued-work bound), and the stream's window of unfinished launches,
 // which grows by the launches that completed (slow start) and halves when the work turned out
 // much larger than estimated (the estimate cannot be trusted to bound the queue).
-void BusyTracker::LearnLocked(StreamState& st, const PendingMark& mark, int64_t busy_ns) {
+void BusyTracker::LearnLocked(StreamState& st, const PendingMark& mark, int64_t busy_ns, int64_t span_ns) {
   if (mark.launches <= 0) return;
   double per_launch = static_cast<double>(busy_ns) / mark.launches;
   double g = options_.estimate_gain;
-  st.estimate_ns = st.has_estimate ? st.estimate_ns + g * (per_launch - st.estimate_ns) : per_launch;
+  // A ratio of decaying sums, not an average of the intervals' ratios: with several streams an
+  // interval of one launch may be credited with milliseconds the other streams' kernels shared
+  // (it reached the union first); weighted by its launches it moves the estimate little.
+  st.estimate_busy_ns = st.estimate_busy_ns * (1 - g) + static_cast<double>(busy_ns);
+  st.estimate_launches = st.estimate_launches * (1 - g) + mark.launches;
+  st.estimate_ns = st.estimate_busy_ns / st.estimate_launches;
   st.has_estimate = true;
   default_estimate_ns_ = has_default_estimate_
                              ? default_estimate_ns_ + g * (per_launch - default_estimate_ns_)
                              : per_launch;
   has_default_estimate_ = true;
-  st.max_cost_ns = std::max(per_launch, st.max_cost_ns * options_.max_cost_decay);
+  st.drain_span_ns = st.drain_span_ns * options_.max_cost_decay + static_cast<double>(std::max<int64_t>(span_ns, 0));
+  st.drain_launches = st.drain_launches * options_.max_cost_decay + mark.launches;
   if (mark.deep && mark.launches <= options_.uniform_max_launches) {
     // Few launches per interval: their costs show how much single launches differ (an interval
     // of many launches averages that away).
@@ -359,7 +379,7 @@ PollResult BusyTracker::ProcessMarkLocked(StreamState& st, const PendingMark& ma
         begin = std::max(begin, time - cap);
       }
       result.busy_ns = union_.Add(begin, time);
-      LearnLocked(st, mark, result.busy_ns);
+      LearnLocked(st, mark, result.busy_ns, time - st.chain_time_ns);
     } else {
       result.busy_ns = mark.estimate_ns;  // interval not measurable: the estimate stands
       result.unmeasured_ns = mark.estimate_ns;

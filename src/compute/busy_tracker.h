@@ -77,7 +77,7 @@ struct BusyTrackerOptions {
   int64_t tick_flush_age_ns = 200'000;     // Tick() closes tails whose last launch is this old
   int probe_launches = 2;                  // a new stream's window of unfinished launches
   int max_inflight_launches = 1024;        // the window never grows beyond this
-  double max_cost_decay = 0.95;            // per interval, of the maximum cost per launch
+  double max_cost_decay = 0.95;            // per interval: decaying maxima and the drain sums
   int64_t probe_wait_ns = 200'000;         // wait handed out while the queue is too deep
   // Launches wait while a stream has more than this much estimated work queued on the GPU, or
   // its oldest unfinished mark is older than max_inflight_age_ns. Bounds what is already
@@ -88,7 +88,7 @@ struct BusyTrackerOptions {
   int max_events = 4096;                   // events created in total
   int max_streams = 1024;                  // streams tracked (more: launches are estimated, unmarked)
   int64_t rebase_after_ns = 500'000'000;   // anchor distance before re-basing
-  double estimate_gain = 0.25;             // EWMA gain of the per-launch estimate
+  double estimate_gain = 0.25;             // the estimate's sums decay by (1 - gain) per interval
   // An interval that starts at a begin event overstates busy time by about this much: on an
   // H200 (driver 580), [begin, mark] around one launch on an idle stream exceeded NVML's
   // GPU-Util busy time by 0.5-1.4 us, 0.8 on average (docs/compute.md). At most half the interval.
@@ -125,6 +125,8 @@ struct TrackerStats {
   int64_t begins = 0;          // of which begins (idle stream detected)
   int64_t queries = 0;
   int64_t event_errors = 0;
+  int64_t queue_waits = 0;     // launches told to wait for their stream's queue (BeforeLaunch > 0)
+  int64_t queue_wait_ns = 0;   // ... and the waits handed out
   int streams = 0;
   int events_created = 0;
 };
@@ -210,12 +212,17 @@ class BusyTracker {
     int32_t pending_launches = 0;    // launches covered by `pending`
     int64_t pending_estimate_ns = 0; // estimates of those launches
     int32_t window = 0;              // unfinished launches allowed (slow start)
-    double max_cost_ns = 0;          // decaying maximum of the measured cost per launch
+    // How fast the stream's queue drains: its intervals' lengths and launches, summed with a
+    // decay per interval (their ratio is the queued-work bound's cost per launch).
+    double drain_span_ns = 0;
+    double drain_launches = 0;
     bool gap_unmarked = false;       // idle, but the begin could not be recorded
     bool chain_open = false;         // chain_time_ns starts the next interval
     bool chain_from_begin = false;   // ... and it is a begin event (subtract begin_skew_ns)
     int64_t chain_time_ns = 0;
-    double estimate_ns = 0;
+    double estimate_ns = 0;          // busy time per launch: estimate_busy_ns / estimate_launches
+    double estimate_busy_ns = 0;     // measured busy time and launches, decaying per interval
+    double estimate_launches = 0;
     bool has_estimate = false;
     // Per-launch cost learned from deep (gap-free) intervals only: EWMA and decaying maximum.
     double deep_cost_ns = 0;
@@ -235,7 +242,8 @@ class BusyTracker {
   bool AbsoluteTimeLocked(EventId event, int64_t* time);
   PollResult DrainStreamLocked(StreamState& st);
   PollResult ProcessMarkLocked(StreamState& st, const PendingMark& mark);
-  void LearnLocked(StreamState& st, const PendingMark& mark, int64_t busy_ns);
+  void LearnLocked(StreamState& st, const PendingMark& mark, int64_t busy_ns, int64_t span_ns);
+  double QueuedCostLocked(const StreamState& st) const;
   void DropPendingLocked(StreamState& st, PollResult* result);
   PollResult PollLocked(int64_t now);
   void PruneUnionLocked();

@@ -57,7 +57,9 @@ std::vector<Row> Rows() {
 }
 
 int64_t Work(const Row& row, int target) {
-  Simulation sim;
+  SimGpuParams gpu;
+  gpu.hardware_queues = 8;  // CUDA_DEVICE_MAX_CONNECTIONS' default
+  Simulation sim(gpu);
   ContainerSpec spec;
   spec.limits = ComputeLimits::FromPercent(target, 0, 1);
   spec.use_limiter = target > 0;
@@ -70,8 +72,9 @@ int64_t Work(const Row& row, int target) {
       w.kernels_ns = {row.kernel_ns};
       w.streams = row.streams;
       w.width = row.width;
-      w.batch = static_cast<int>(std::max<int64_t>(1, kMs / row.kernel_ns));
-      w.max_queue = static_cast<int>(std::max<int64_t>(2, 2 * kMs / row.kernel_ns));
+      w.batch = static_cast<int>(std::max<int64_t>(1, 2 * kMs / row.kernel_ns));
+      w.max_queue = 2 * w.batch;
+      w.skip_full = true;
       w.seed = 1 + p * 16 + t;
       sim.AddThread(process, w);
     }

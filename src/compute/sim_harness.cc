@@ -60,8 +60,10 @@ struct Simulation::Thread {
   WorkloadSpec spec;
   std::mt19937_64 rng;
   int64_t ready_ns = 0;       // next step; kNever while waiting on the GPU
-  enum class Wait { kNone, kSync, kQueue } wait = Wait::kNone;
+  enum class Wait { kNone, kSync, kQueue, kAnyQueue } wait = Wait::kNone;
   int queue_stream = -1;
+  int lane = -1;     // skip_full: the stream the current batch goes to
+  int in_batch = 0;  // skip_full: launches of the current batch done
   std::vector<int> streams;
   int64_t launches = 0;
   int since_sync = 0;
@@ -113,8 +115,23 @@ void Simulation::AddThread(int process, const WorkloadSpec& workload) {
 void Simulation::StepLaunch(Thread& th, int64_t t) {
   Process& p = *th.process;
   const WorkloadSpec& w = th.spec;
-  int stream = th.streams[static_cast<size_t>(th.launches / std::max(w.batch, 1)) % th.streams.size()];
-  if (gpu_.PendingCommands(stream) >= w.max_queue) {
+  const int batch = std::max(w.batch, 1);
+  if (w.skip_full && th.in_batch == 0) {
+    const int n = static_cast<int>(th.streams.size());
+    int next = -1;
+    for (int i = 1; i <= n && next < 0; ++i) {
+      const int lane = (th.lane + i + n) % n;
+      if (gpu_.PendingCommands(th.streams[lane]) + batch <= w.max_queue) next = lane;
+    }
+    if (next < 0) {
+      th.wait = Thread::Wait::kAnyQueue;
+      th.ready_ns = kNever;
+      return;
+    }
+    th.lane = next;
+  }
+  int stream = w.skip_full ? th.streams[th.lane] : th.streams[static_cast<size_t>(th.launches / batch) % th.streams.size()];
+  if (!w.skip_full && gpu_.PendingCommands(stream) >= w.max_queue) {
     th.wait = Thread::Wait::kQueue;
     th.queue_stream = stream;
     th.ready_ns = kNever;
@@ -147,6 +164,7 @@ void Simulation::StepLaunch(Thread& th, int64_t t) {
   if (limited) p.limiter->AfterLaunch(ticket, true, cursor);
   p.ops->set_cursor(nullptr);
   ++th.launches;
+  th.in_batch = (th.in_batch + 1) % batch;
   ++p.launches;
   ++th.since_sync;
   th.ready_ns = cursor + w.think_ns;
@@ -178,6 +196,11 @@ void Simulation::WakeWaiters(int64_t t) {
     bool done = true;
     if (th->wait == Thread::Wait::kQueue) {
       done = gpu_.PendingCommands(th->queue_stream) < th->spec.max_queue;
+    } else if (th->wait == Thread::Wait::kAnyQueue) {
+      done = false;
+      for (int stream : th->streams) {
+        done = done || gpu_.PendingCommands(stream) + std::max(th->spec.batch, 1) <= th->spec.max_queue;
+      }
     } else {
       for (int stream : th->streams) done = done && gpu_.StreamDrained(stream);
     }

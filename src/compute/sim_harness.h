@@ -46,6 +46,11 @@ struct WorkloadSpec {
   int64_t think_ns = 0;         // host time between launches
   int64_t think_after_sync_ns = 0;
   int max_queue = 1024;         // a launch blocks while the stream holds this many commands
+  // Batches go to the next stream with room for a whole batch (at most max_queue commands after
+  // it), skipping full ones; the thread waits only while every stream is full. So does an
+  // application with flow control per stream (bench/compute/concurrency.cu keeps two batches in
+  // flight per stream). false: the streams are fed in turn, each launch waiting for room.
+  bool skip_full = false;
   int64_t start_ns = 0;
   int64_t stop_ns = kNever;
 };

@@ -14,16 +14,22 @@ int SimGpu::AddContext() {
 }
 
 int SimGpu::AddStream(int context) {
-  streams_.push_back(Stream{context, {}});
+  const int index = static_cast<int>(contexts_[context].streams.size());
+  streams_.push_back(Stream{context, {}, params_.hardware_queues > 0 ? index % params_.hardware_queues : index});
   int id = static_cast<int>(streams_.size()) - 1;
   contexts_[context].streams.push_back(id);
   return id;
 }
 
+void SimGpu::Push(int stream, Command command) {
+  command.seq = next_seq_++;
+  streams_[stream].queue.push_back(command);
+}
+
 void SimGpu::Launch(int stream, int64_t host_ns, int64_t duration_ns, double width) {
   int64_t visible = std::max(host_ns + params_.submit_latency_ns, now_);
   int64_t gpu_time = std::max<int64_t>(duration_ns, 0) + params_.kernel_overhead_ns;
-  streams_[stream].queue.push_back(Command{false, visible, gpu_time, 0, 0, std::clamp(width, 0.0, 1.0)});
+  Push(stream, Command{false, visible, gpu_time, 0, 0, std::clamp(width, 0.0, 1.0)});
 }
 
 void SimGpu::LaunchGraph(int stream, int64_t host_ns, const std::vector<int64_t>& kernels, double width) {
@@ -46,7 +52,7 @@ bool SimGpu::RecordEvent(EventId event, int stream, int64_t host_ns) {
   e.done = false;
   ++e.generation;
   int64_t visible = std::max(host_ns + params_.submit_latency_ns, now_);
-  streams_[stream].queue.push_back(Command{true, visible, 0, event, e.generation});
+  Push(stream, Command{true, visible, 0, event, e.generation});
   return true;
 }
 
@@ -75,7 +81,24 @@ int SimGpu::PendingCommands(int stream) const {
 // --- Execution -----------------------------------------------------------------------------
 
 bool SimGpu::HeadRunnable(const Stream& s) const {
-  return !s.queue.empty() && s.queue.front().visible_ns <= now_;
+  if (s.queue.empty() || s.queue.front().visible_ns > now_) return false;
+  const Command& head = s.queue.front();
+  return (!head.is_event && head.started) || !HeldBackByQueue(s);
+}
+
+// Whether another stream of the same hardware queue has a command submitted before this stream's
+// head that its queue has not handed out yet (a kernel not started, an event not processed).
+bool SimGpu::HeldBackByQueue(const Stream& s) const {
+  if (params_.hardware_queues <= 0) return false;
+  const uint64_t seq = s.queue.front().seq;
+  for (int id : contexts_[s.context].streams) {
+    const Stream& t = streams_[id];
+    if (&t == &s || t.hardware_queue != s.hardware_queue || t.queue.empty()) continue;
+    const Command* first = &t.queue.front();
+    if (!first->is_event && first->started) first = t.queue.size() > 1 ? &t.queue[1] : nullptr;
+    if (first != nullptr && first->seq < seq) return true;
+  }
+  return false;
 }
 
 bool SimGpu::ContextReady(int context) const {

@@ -52,6 +52,12 @@ struct SimGpuParams {
   int64_t context_switch_ns = 0;
   int64_t event_resolution_ns = 500;
   int64_t bucket_ns = 1'000'000;
+  // Hardware work queues per context (CUDA_DEVICE_MAX_CONNECTIONS, 8 by default; 0: one per
+  // stream). The n-th stream of a context feeds queue n % hardware_queues; a queue hands out its
+  // commands in submission order, so a command waiting for its own stream's previous one holds
+  // back the later commands of the other streams in its queue (false dependencies: natively 16
+  // streams of 50 us spin kernels from one host thread ran 7.5 at once on an H200, not 8).
+  int hardware_queues = 0;
 };
 
 class SimGpu {
@@ -95,10 +101,12 @@ class SimGpu {
     uint64_t generation;      // events: which record of the event this is
     double width = 0;         // kernels: fraction of the SMs it occupies (0: unbounded)
     bool started = false;     // kernels: holds its SMs and progresses while its context runs
+    uint64_t seq = 0;         // submission order (hardware queues hand commands out in it)
   };
   struct Stream {
     int context;
     std::deque<Command> queue;
+    int hardware_queue = 0;
   };
   struct Context {
     std::vector<int> streams;
@@ -112,6 +120,8 @@ class SimGpu {
   };
 
   bool HeadRunnable(const Stream& s) const;
+  bool HeldBackByQueue(const Stream& s) const;
+  void Push(int stream, Command command);
   bool HeadRunning(const Stream& s) const;
   bool StartHeads();
   bool ContextReady(int context) const;
@@ -130,6 +140,7 @@ class SimGpu {
   int64_t active_since_ = 0;
   int last_active_ = -1;       // the context that ran last (switching away from it costs)
   int64_t switch_until_ = 0;   // the active context starts running here
+  uint64_t next_seq_ = 1;
   std::vector<Stream> streams_;
   std::vector<Context> contexts_;
   std::vector<Event> events_;
