@@ -258,6 +258,17 @@ class Arithmetic(unittest.TestCase):
                                    rec(["run", "1x5us", None], rate=100.0)])
             self.assertEqual(lines[0]["pass"], ok, rate)
 
+    def test_workload_below_the_gpu_is_judged_by_the_busy_time_a_limit_leaves(self):
+        native = dict(rate=2000.0, util=47.0)
+        for target, rate, expected, ok in ((30, 1280.0, 63.8, True), (30, 600.0, 63.8, False),
+                                           (60, 1990.0, 100.0, True), (90, 1800.0, 100.0, False)):
+            lines, summary = cm.analyse([rec(["run", "serving", None], **native), rec(["run", "serving", target], rate=rate),
+                                         rec(["run", "serving", None], **native)])
+            self.assertAlmostEqual(lines[0]["expected"], expected, places=1)
+            self.assertEqual(lines[0]["pass"], ok, (target, rate))
+        self.assertIn(" of 100.0 ", cm.markdown(lines, summary, [], "h"))
+        self.assertIn("share 90.0 of 100.0", cm.tsv(lines, []))
+
     def capped(self, limited, native_extra=None, alone=True):
         native = dict(rate=600.0, util=100.0, clock=1460.0, capped=0.9, **(native_extra or {}))
         if alone:

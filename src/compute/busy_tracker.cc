@@ -340,6 +340,8 @@ void BusyTracker::LearnLocked(StreamState& st, const PendingMark& mark, int64_t 
                              ? default_estimate_ns_ + g * (per_launch - default_estimate_ns_)
                              : per_launch;
   has_default_estimate_ = true;
+  const bool had_drain = st.drain_launches > 0;
+  const double drain_before = QueuedCostLocked(st);
   st.drain_span_ns = st.drain_span_ns * options_.max_cost_decay + static_cast<double>(std::max<int64_t>(span_ns, 0));
   st.drain_launches = st.drain_launches * options_.max_cost_decay + mark.launches;
   if (mark.deep && mark.launches <= options_.uniform_max_launches) {
@@ -352,7 +354,12 @@ void BusyTracker::LearnLocked(StreamState& st, const PendingMark& mark, int64_t 
     st.deep_samples = 0;  // the launches got more expensive: not uniform until re-learned
     st.deep_max_ns = 0;
   }
-  bool undershoot = busy_ns > 2 * mark.estimate_ns && busy_ns - mark.estimate_ns > 1'000'000;
+  // Much more work than expected: once the stream's drain rate is known, when it doubled (one
+  // long interval among many launches moves it little; a stream whose kernels became far longer
+  // moves it at once); before, against the estimate charged for the interval.
+  const bool undershoot =
+      had_drain ? QueuedCostLocked(st) > 2 * drain_before && span_ns - mark.launches * drain_before > 1e6
+                : busy_ns > 2 * mark.estimate_ns && busy_ns - mark.estimate_ns > 1'000'000;
   st.window = undershoot ? std::max(st.window / 2, options_.probe_launches)
                          : std::min(st.window + mark.launches, options_.max_inflight_launches);
 }
