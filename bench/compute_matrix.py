@@ -6,7 +6,7 @@ Usage: python3 bench/compute_matrix.py --library build-gpu/libvgpu.so --out DIR
                                         [--rows PATTERNS] [--targets 10,30,60,90] [--quick]
                                         [--groups 30+60,30+30+30] [--colocated ROWS]
                                         [--seconds S] [--warmup S] [--budget S] [--dry-run]
-       python3 bench/compute_matrix.py --from-json DIR/compute-matrix.json --out DIR2
+       python3 bench/compute_matrix.py --from-json DIR/compute-matrix.json [DIR3/compute-matrix.json ...] --out DIR2
 
 Rows (workloads; --rows takes ids or shell patterns such as '16x*,matmul*'):
   spin kernels of bench/compute/concurrency.cu (built here with nvcc; 1 block of 256 threads per
@@ -45,7 +45,7 @@ on stdout), compute-matrix.json (plan, every run, the analysis; rewritten after 
 killed benchmark leaves its runs), compute-matrix.tsv (verdict, check, detail per judged line, for
 tests/gpu/run.sh), compute-matrix.png (the matrix as a grid, drawn from the JSON) and
 compute-matrix.log (every command and its output). --from-json redraws all of them from a JSON
-without a GPU. Exit status: 0 when every judged line passes, 1 when one fails, errs or was not
+without a GPU, or from the JSONs of a matrix run in parts (their runs joined in the order given). Exit status: 0 when every judged line passes, 1 when one fails, errs or was not
 run, 2 for invalid options. Never changes clocks or GPU settings.
 """
 import argparse
@@ -643,7 +643,9 @@ def parser():
     p.add_argument("--workload-cmd", help="replaces every workload's program with this command, given the row's "
                    "kind (spin, torch, serving) and the workload's arguments: for tests, with a fake workload")
     p.add_argument("--dry-run", action="store_true", help="print the plan and the commands and exit; needs no GPU")
-    p.add_argument("--from-json", metavar="FILE", help="redraw the table, TSV and plot from a compute-matrix.json")
+    p.add_argument("--from-json", metavar="FILE", nargs="+",
+                   help="redraw the table, TSV and plot from a compute-matrix.json, or from several (a matrix "
+                        "run in parts, e.g. one per device call: their runs are joined in the order given)")
     return p
 
 
@@ -651,12 +653,20 @@ def redraw(args, error):
     """--from-json: the table, TSV and plot again from a saved JSON."""
     if not args.out:
         error("--out (or $OUT) is required")
-    try:
-        with open(args.from_json) as f:
-            data = json.load(f)
-        data["records"], data["header"], data["title"]
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        error(f"--from-json {args.from_json}: not a compute-matrix.json ({e!r})")
+    data = None
+    for path in args.from_json:
+        try:
+            with open(path) as f:
+                part = json.load(f)
+            part["records"], part["header"], part["title"]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            error(f"--from-json {path}: not a compute-matrix.json ({e!r})")
+        if data is None:
+            data = part
+        else:  # the first part's header and title; every part's runs, labels and skips
+            data["records"] = data["records"] + part["records"]
+            data["skipped"] = data.get("skipped", []) + part.get("skipped", [])
+            data["labels"] = {**data.get("labels", {}), **part.get("labels", {})}
     os.makedirs(args.out, exist_ok=True)
     text, failed = write_outputs(args.out, data, final=True)
     print(text, end="", flush=True)

@@ -379,6 +379,18 @@ class FakeRuns(unittest.TestCase):
                                 capture_output=True, text=True, timeout=60)
             self.assertEqual(r2.returncode, 0, r2.stderr)
             self.assertEqual(r2.stdout, table)
+            # a run in two parts: the parts' runs joined, the first part's header
+            data = load(tmp, "compute-matrix.json")
+            cut = next(i for i, r in enumerate(data["records"]) if r["step"][0] == "group")
+            parts = []
+            for k, records in enumerate((data["records"][:cut], data["records"][cut:])):
+                parts.append(os.path.join(tmp, f"part{k}.json"))
+                with open(parts[-1], "w") as f:
+                    json.dump({**data, "records": records}, f)
+            r3 = subprocess.run([sys.executable, os.path.join(HERE, "compute_matrix.py"), "--from-json", *parts,
+                                 "--out", os.path.join(tmp, "joined")], capture_output=True, text=True, timeout=60)
+            self.assertEqual(r3.returncode, 0, r3.stderr)
+            self.assertEqual(r3.stdout, table)
 
     def check_environments(self, seen):
         """Natives unpreloaded without a ledger; one fresh ledger per container; the processes of a
