@@ -344,13 +344,18 @@ void BusyTracker::LearnLocked(StreamState& st, const PendingMark& mark, int64_t 
   const double drain_before = QueuedCostLocked(st);
   st.drain_span_ns = st.drain_span_ns * options_.max_cost_decay + static_cast<double>(std::max<int64_t>(span_ns, 0));
   st.drain_launches = st.drain_launches * options_.max_cost_decay + mark.launches;
+  // The uniform-cost learning reads the interval's own length per launch (a deep interval: the
+  // queue never ran dry), what the cap on a possibly gapped interval bounds. Not the union busy
+  // time it added: with several streams that is a fraction of its length, and a cap from it cut
+  // the intervals after every idle start short (a container under-measured its busy time).
+  const double span_per_launch = static_cast<double>(std::max<int64_t>(span_ns, 0)) / mark.launches;
   if (mark.deep && mark.launches <= options_.uniform_max_launches) {
     // Few launches per interval: their costs show how much single launches differ (an interval
     // of many launches averages that away).
-    st.deep_cost_ns = st.deep_samples > 0 ? st.deep_cost_ns + g * (per_launch - st.deep_cost_ns) : per_launch;
-    st.deep_max_ns = std::max(per_launch, st.deep_max_ns * options_.max_cost_decay);
+    st.deep_cost_ns = st.deep_samples > 0 ? st.deep_cost_ns + g * (span_per_launch - st.deep_cost_ns) : span_per_launch;
+    st.deep_max_ns = std::max(span_per_launch, st.deep_max_ns * options_.max_cost_decay);
     st.deep_samples = std::min(st.deep_samples + 1, 1 << 30);
-  } else if (mark.deep && per_launch > options_.uniform_cost_ratio * st.deep_max_ns) {
+  } else if (mark.deep && span_per_launch > options_.uniform_cost_ratio * st.deep_max_ns) {
     st.deep_samples = 0;  // the launches got more expensive: not uniform until re-learned
     st.deep_max_ns = 0;
   }
