@@ -104,6 +104,7 @@ DEFAULT_SERVING_ARGS = "--warmup 2 --seconds 4"
 # A row busy less than this (native GPU-Util, %) is limited by its own demand, not the GPU: a
 # limit takes the part of its busy time above the limit (expected_share).
 DEMAND_UTIL = 90.0
+REPEAT = "measured again in"  # --from-json: a row or group a later part measured again
 BUILD_S = 20.0     # nvcc of concurrency.cu, estimated
 SPAWN_S = 0.3      # process exit and spawn around the run, estimated
 BARRIER_S = 0.5    # a group's start: the last member ready + the 0.3 s start delay
@@ -445,6 +446,10 @@ def _verdict(line):
     return ("PASS†" if line["basis"] != "throughput" else "PASS") if line["pass"] else "FAIL"
 
 
+def _skip_word(why):
+    return "left out" if why.startswith(REPEAT) else "not run"
+
+
 def _rate(v):
     return "–" if v is None else (f"{v:,.0f}" if v >= 1000 else f"{v:.1f}")
 
@@ -492,7 +497,7 @@ def markdown(lines, summary, skipped, header, labels=None):
     out.append(f"{sum(1 for l in lines if l['pass'])} of {len(lines)} PASS (±{TOLERANCE:g} points)"
                + (f"; {capped} of them power-capped, judged by GPU-Util (†)" if capped else ""))
     for what, why in skipped:
-        out.append(f"- not run: {what}: {why}")
+        out.append(f"- {_skip_word(why)}: {what}: {why}")
     return "\n".join(out) + "\n"
 
 
@@ -509,7 +514,7 @@ def tsv(lines, skipped, labels=None):
         out.append(f"{'PASS' if l['pass'] else 'FAIL'}\tmatrix {where}{label_of(l['row'], labels)} limit {l['target']}"
                    f"\t{detail}")
     for what, why in skipped:
-        out.append(f"{'FAIL' if why.startswith('budget') else 'INFO'}\tmatrix {what}\tnot run: {why}")
+        out.append(f"{'FAIL' if why.startswith('budget') else 'INFO'}\tmatrix {what}\t{_skip_word(why)}: {why}")
     return "\n".join(out) + ("\n" if out else "")
 
 
@@ -645,7 +650,8 @@ def parser():
     p.add_argument("--dry-run", action="store_true", help="print the plan and the commands and exit; needs no GPU")
     p.add_argument("--from-json", metavar="FILE", nargs="+",
                    help="redraw the table, TSV and plot from a compute-matrix.json, or from several (a matrix "
-                        "run in parts, e.g. one per device call: their runs are joined in the order given)")
+                        "run in parts, e.g. one per device call: their runs are joined in the order given; a row or "
+                        "group measured in several parts counts from the first)")
     return p
 
 
@@ -663,10 +669,20 @@ def redraw(args, error):
             error(f"--from-json {path}: not a compute-matrix.json ({e!r})")
         if data is None:
             data = part
-        else:  # the first part's header and title; every part's runs, labels and skips
-            data["records"] = data["records"] + part["records"]
-            data["skipped"] = data.get("skipped", []) + part.get("skipped", [])
-            data["labels"] = {**data.get("labels", {}), **part.get("labels", {})}
+            continue
+        # The first part's header and title; every part's runs, labels and skips. A row or group
+        # an earlier part measured keeps that part's runs (the native runs either side of a
+        # limited one belong to its own run), and the later ones are listed as left out.
+        def key(step):
+            return (step[0], step[1], tuple(step[2]) if step[0] == "group" else None)
+        seen = {key(r["step"]) for r in data["records"]}
+        again = {key(r["step"]) for r in part["records"]} & seen
+        data["records"] = data["records"] + [r for r in part["records"] if key(r["step"]) not in again]
+        data["skipped"] = (data.get("skipped", []) + part.get("skipped", [])
+                           + [(group_name(list(k[2])) + f" [{k[1]}]" if k[0] == "group" else k[1],
+                               f"{REPEAT} {path} (the first part's runs count)")
+                              for k in sorted(again, key=str)])
+        data["labels"] = {**data.get("labels", {}), **part.get("labels", {})}
     os.makedirs(args.out, exist_ok=True)
     text, failed = write_outputs(args.out, data, final=True)
     print(text, end="", flush=True)

@@ -391,6 +391,13 @@ class FakeRuns(unittest.TestCase):
                                  "--out", os.path.join(tmp, "joined")], capture_output=True, text=True, timeout=60)
             self.assertEqual(r3.returncode, 0, r3.stderr)
             self.assertEqual(r3.stdout, table)
+            # a part that measured a row again: the first part's runs count, the repeat is listed
+            r4 = subprocess.run([sys.executable, os.path.join(HERE, "compute_matrix.py"), "--from-json", *parts,
+                                 parts[0], "--out", os.path.join(tmp, "again2")], capture_output=True, text=True,
+                                timeout=60)
+            self.assertEqual(r4.returncode, 0, r4.stderr)
+            self.assertTrue(r4.stdout.startswith(table.rstrip("\n")), r4.stdout)
+            self.assertIn("- left out: 1x50us: measured again in", r4.stdout)
 
     def check_environments(self, seen):
         """Natives unpreloaded without a ledger; one fresh ledger per container; the processes of a
