@@ -540,7 +540,9 @@ def plot(lines, summary, path, title, labels=None):
             worst = "fail" if any(not l["pass"] for l in mine) else (
                 "util" if any(l["basis"] != "throughput" for l in mine) else "pass")
             ax.add_patch(Rectangle((x, y), 1, 1, facecolor=colour[worst], edgecolor="white", lw=2))
-            shares = " / ".join("err" if l.get("error") else fmt(l["share"]) for l in mine)
+            shares = " / ".join("err" if l.get("error") else fmt(l["share"])
+                                + (f" of {fmt(l['expected'])}" if l.get("expected", l["target"]) != l["target"] else "")
+                                for l in mine)
             utils = " / ".join(fmt(l["util"], 0) for l in mine)
             ax.text(x + 0.5, y + 0.42, shares, ha="center", va="center", fontsize=8.5, weight="bold")
             ax.text(x + 0.5, y + 0.78, f"util {utils}", ha="center", va="center", fontsize=6.5, color="0.3")
@@ -564,7 +566,8 @@ def plot(lines, summary, path, title, labels=None):
         ax.spines[side].set_visible(False)
     fig.suptitle(title, fontsize=10)
     fig.text(0.99, 0.01, f"throughput share, % of native (±{TOLERANCE:g}: green; blue: power-capped, on target "
-             "by GPU-Util; red: outside)", ha="right", fontsize=7, color="0.3")
+             "by GPU-Util; red: outside; \"of E\": a row below the GPU, expected E)", ha="right", fontsize=7,
+             color="0.3")
     fig.tight_layout(rect=(0, 0.03, 1, 1))
     fig.savefig(path, dpi=130)
     plt.close(fig)
