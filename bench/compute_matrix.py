@@ -100,7 +100,9 @@ ROWS = [
 ROW = {r.id: r for r in ROWS}
 DEFAULT_COLOCATED = "4x200us,matmul"
 DEFAULT_GROUPS = "30+60,30+30+30"
-DEFAULT_SERVING_ARGS = "--warmup 2 --seconds 4"
+# The GPU-bound configuration of bench/serving (about 40% busy natively on an H200), so that the
+# limits of 10 and 30 bind; its own window, as a server needs longer than a spin loop to settle.
+DEFAULT_SERVING_ARGS = "--warmup 2 --seconds 4 --layers 16 --d-model 4096 --heads 32"
 # A row busy less than this (native GPU-Util, %) is limited by its own demand, not the GPU: a
 # limit takes the part of its busy time above the limit (expected_share).
 DEMAND_UTIL = 90.0
@@ -644,7 +646,8 @@ def parser():
                    "whole periods")
     p.add_argument("--serving-args", default=DEFAULT_SERVING_ARGS,
                    help="bench/serving/serve.py options after the matrix's --warmup and --seconds, one string "
-                   f"(default {DEFAULT_SERVING_ARGS!r}: a server needs longer than a spin loop to reach steady state)")
+                   f"(default {DEFAULT_SERVING_ARGS!r}: bench/serving's GPU-bound configuration, in a window of its own, "
+                        "as a server needs longer than a spin loop to reach steady state)")
     p.add_argument("--serve-script", default=SERVE_SCRIPT, help="the serving workload (default bench/serving/serve.py)")
     p.add_argument("--gpu-index", type=int, default=0, help="NVML index of the GPU the runs use (default 0)")
     p.add_argument("--build-dir", help="where concurrency.cu is built (default: <library dir>/bench-compute)")
