@@ -312,7 +312,7 @@ TEST(BusyTrackerTest, SlowStartBoundsABurstOfMisestimatedWork) {
   rig.Measured();
   admitted = 0;
   while (rig.TryLaunch(rig.s0, 20 * kMs) && admitted < 1000) ++admitted;
-  EXPECT_LE(admitted, 2);  // the decaying maximum cost now bounds the queue to ~20 ms
+  EXPECT_LE(admitted, 2);  // the drain rate (20 ms per launch now) bounds the queue to ~20 ms
 }
 
 TEST(BusyTrackerTest, FailedLaunchLeavesNoIdleTimeBehind) {
