@@ -321,7 +321,7 @@ bool BusyTracker::AbsoluteTimeLocked(EventId event, int64_t* time) {
   return true;
 }
 
-// Learns from a measured interval: the per-launch estimate (EWMA), how fast the stream's queue
+// Learns from a measured interval: the per-launch estimate, how fast the stream's queue
 // drains (for the queued-work bound), and the stream's window of unfinished launches,
 // which grows by the launches that completed (slow start) and halves when the work turned out
 // much larger than estimated (the estimate cannot be trusted to bound the queue).

@@ -224,7 +224,7 @@ class BusyTracker {
     double estimate_busy_ns = 0;     // measured busy time and launches, decaying per interval
     double estimate_launches = 0;
     bool has_estimate = false;
-    // Per-launch cost learned from deep (gap-free) intervals only: EWMA and decaying maximum.
+    // Length per launch of deep (gap-free) intervals only: EWMA and decaying maximum.
     double deep_cost_ns = 0;
     double deep_max_ns = 0;
     int32_t deep_samples = 0;

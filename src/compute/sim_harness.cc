@@ -130,7 +130,8 @@ void Simulation::StepLaunch(Thread& th, int64_t t) {
     }
     th.lane = next;
   }
-  int stream = w.skip_full ? th.streams[th.lane] : th.streams[static_cast<size_t>(th.launches / batch) % th.streams.size()];
+  int stream = w.skip_full ? th.streams[th.lane]
+                            : th.streams[static_cast<size_t>(th.launches / batch) % th.streams.size()];
   if (!w.skip_full && gpu_.PendingCommands(stream) >= w.max_queue) {
     th.wait = Thread::Wait::kQueue;
     th.queue_stream = stream;

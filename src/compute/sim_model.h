@@ -12,6 +12,8 @@
 //     fills the GPU; 0: unbounded). A head starts when the widths of the running kernels leave
 //     room for it, in the order the heads became visible; once started it runs to completion
 //     (preempted only by a context switch).
+//   - Optionally (hardware_queues) the streams of a context share a few hardware queues, each
+//     handing out its commands in submission order.
 //   - Contexts time-slice: one is active at a time. The GPU switches when the active context has
 //     nothing runnable, or after timeslice_ns while another context has work. A switched-out
 //     context's kernels are preempted and resume later; its events also wait (an event is
@@ -55,8 +57,8 @@ struct SimGpuParams {
   // Hardware work queues per context (CUDA_DEVICE_MAX_CONNECTIONS, 8 by default; 0: one per
   // stream). The n-th stream of a context feeds queue n % hardware_queues; a queue hands out its
   // commands in submission order, so a command waiting for its own stream's previous one holds
-  // back the later commands of the other streams in its queue (false dependencies: natively 16
-  // streams of 50 us spin kernels from one host thread ran 7.5 at once on an H200, not 8).
+  // back the later commands of the other streams in its queue (CUDA's false dependencies between
+  // more streams than connections).
   int hardware_queues = 0;
 };
 
