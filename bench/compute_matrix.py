@@ -45,8 +45,9 @@ on stdout), compute-matrix.json (plan, every run, the analysis; rewritten after 
 killed benchmark leaves its runs), compute-matrix.tsv (verdict, check, detail per judged line, for
 tests/gpu/run.sh), compute-matrix.png (the matrix as a grid, drawn from the JSON) and
 compute-matrix.log (every command and its output). --from-json redraws all of them from a JSON
-without a GPU, or from the JSONs of a matrix run in parts (their runs joined in the order given). Exit status: 0 when every judged line passes, 1 when one fails, errs or was not
-run, 2 for invalid options. Never changes clocks or GPU settings.
+without a GPU, or from the JSONs of a matrix run in parts (their runs joined in the order given).
+Exit status: 0 when every judged line passes, 1 when one fails, errs or was not run, 2 for
+invalid options. Never changes clocks or GPU settings.
 """
 import argparse
 import collections
@@ -661,8 +662,14 @@ def parser():
     return p
 
 
+def _part_key(step):
+    """What a run belongs to when parts are joined: its row (native and limited runs alike) or its
+    group of limits on a row."""
+    return (step[0], step[1], tuple(step[2]) if step[0] == "group" else None)
+
+
 def redraw(args, error):
-    """--from-json: the table, TSV and plot again from a saved JSON."""
+    """--from-json: the table, TSV and plot again from a saved JSON, or from the JSONs of a run in parts."""
     if not args.out:
         error("--out (or $OUT) is required")
     data = None
@@ -679,11 +686,9 @@ def redraw(args, error):
         # The first part's header and title; every part's runs, labels and skips. A row or group
         # an earlier part measured keeps that part's runs (the native runs either side of a
         # limited one belong to its own run), and the later ones are listed as left out.
-        def key(step):
-            return (step[0], step[1], tuple(step[2]) if step[0] == "group" else None)
-        seen = {key(r["step"]) for r in data["records"]}
-        again = {key(r["step"]) for r in part["records"]} & seen
-        data["records"] = data["records"] + [r for r in part["records"] if key(r["step"]) not in again]
+        seen = {_part_key(r["step"]) for r in data["records"]}
+        again = {_part_key(r["step"]) for r in part["records"]} & seen
+        data["records"] = data["records"] + [r for r in part["records"] if _part_key(r["step"]) not in again]
         data["skipped"] = (data.get("skipped", []) + part.get("skipped", [])
                            + [(group_name(list(k[2])) + f" [{k[1]}]" if k[0] == "group" else k[1],
                                f"{REPEAT} {path} (the first part's runs count)")
