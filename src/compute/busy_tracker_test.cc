@@ -64,8 +64,8 @@ class FaultyOps final : public GpuEventOps {
 // One context, two streams, a tracker, and a clock the test moves.
 class Rig {
  public:
-  explicit Rig(const BusyTrackerOptions& options = ExactOptions())
-      : gpu_(ExactGpu()),
+  explicit Rig(const BusyTrackerOptions& options = ExactOptions(), const SimGpuParams& gpu = ExactGpu())
+      : gpu_(gpu),
         ctx_(gpu_.AddContext()),
         s0(gpu_.AddStream(ctx_)),
         s1(gpu_.AddStream(ctx_)),
@@ -313,6 +313,35 @@ TEST(BusyTrackerTest, SlowStartBoundsABurstOfMisestimatedWork) {
   admitted = 0;
   while (rig.TryLaunch(rig.s0, 20 * kMs) && admitted < 1000) ++admitted;
   EXPECT_LE(admitted, 2);  // the drain rate (20 ms per launch now) bounds the queue to ~20 ms
+}
+
+// The queued-work bound counts how fast the stream's queue drains, as a ratio of sums: one
+// launch that waited 10 ms behind another stream's work in their shared hardware queue does not
+// make the queue's every launch cost 10 ms (a maximum of single intervals did: one host thread
+// feeding 16 streams then waited for its queues 16% of its time on an H200).
+TEST(BusyTrackerTest, OneLongIntervalDoesNotCloseTheQueue) {
+  SimGpuParams gpu = ExactGpu();
+  gpu.hardware_queues = 1;  // s0 and s1 share one: false dependencies
+  Rig rig(ExactOptions(), gpu);
+  for (int i = 0; i < 40; ++i) {  // s1's launches cost 100 us
+    ASSERT_TRUE(rig.Launch(rig.s1, 100 * kUs));
+    rig.Advance(200 * kUs);
+    rig.Measured();
+  }
+  // s1 starts idle (its begin runs at once), but its launch queues behind s0's second kernel,
+  // which waits for s0's first one: 10.1 ms for one launch of 100 us.
+  LaunchTicket ticket;
+  ASSERT_EQ(rig.tracker.BeforeLaunch(rig.s1, rig.now, &ticket), 0);
+  rig.gpu().Launch(rig.s0, rig.now, 10 * kMs);
+  rig.gpu().Launch(rig.s0, rig.now, 100 * kUs);
+  rig.gpu().Launch(rig.s1, rig.now, 100 * kUs);
+  rig.tracker.AfterLaunch(ticket, true, rig.now, &rig.result);
+  rig.Advance(12 * kMs);
+  rig.Measured();
+  int admitted = 0;
+  while (rig.TryLaunch(rig.s1, 100 * kUs) && admitted < 1000) ++admitted;  // no time passes
+  EXPECT_GE(admitted, 20);  // 20 ms at ~0.6 ms per launch, not at 10.1 ms
+  EXPECT_LE(admitted, 200);  // still bounded (20 ms at 100 us)
 }
 
 TEST(BusyTrackerTest, FailedLaunchLeavesNoIdleTimeBehind) {
