@@ -21,8 +21,12 @@
 #              ~4 min; --quick ~2 min)
 #   matrix     the compute limit's concurrency matrix: streams, host threads, processes, graphs,
 #              cuBLAS, training, serving when bench/serving/serve.py exists, co-located 30+60 and
-#              3 x 30 (bench/compute_matrix.py, ~8 min; --quick: limits 30 and 60, ~5 min);
-#              VGPU_MATRIX_BUDGET=S passes --budget S (rows that would end later are not run)
+#              3 x 30 (bench/compute_matrix.py, ~10 min with serving: more than one device call;
+#              --quick: limits 30 and 60, ~6 min); VGPU_MATRIX_BUDGET=S passes --budget S (rows
+#              that would end later are not run), VGPU_MATRIX_ARGS="..." more options, e.g. one
+#              part per call ("--rows '1x*,2x*,4x*,8x*,16x*,4threads*,graph*,*procs*' --colocated
+#              4x200us", then "--rows 'matmul*,train,serving' --colocated matmul"), joined
+#              afterwards with bench/compute_matrix.py --from-json A.json B.json --out DIR
 #   node       vgpu-node on real NVML (tests/node/gpu/node_gpu_check.sh, ~2 min)
 #   compat     only when named: the runtime matrix, every check of the real-GPU test programs
 #              built with CUDA 13.x here and 12.4 / 11.8 prebuilt (tests/gpu/compat/run_compat.sh,
@@ -243,6 +247,10 @@ if want matrix; then
   args=(--library "$LIB" --out "$DETAIL/matrix")
   [ $QUICK = 1 ] && args+=(--quick)
   [ -n "${VGPU_MATRIX_BUDGET:-}" ] && args+=(--budget "$VGPU_MATRIX_BUDGET")
+  if [ -n "${VGPU_MATRIX_ARGS:-}" ]; then
+    eval "extra=(${VGPU_MATRIX_ARGS})" || { echo "VGPU_MATRIX_ARGS: cannot be split into options" >&2; exit 2; }
+    args+=("${extra[@]}")
+  fi
   python3 "$ROOT/bench/compute_matrix.py" "${args[@]}" >"$DETAIL/matrix/stdout.txt" 2>>"$LOG"
   rc=$?
   cp "$DETAIL/matrix/compute-matrix".{md,json,png} "$OUT/" 2>/dev/null
