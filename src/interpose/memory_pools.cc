@@ -35,17 +35,15 @@ std::unordered_map<CUmemoryPool, PoolCharge>& Pools() {
   return *g_pools;
 }
 
-bool PoolAttribute(CUmemoryPool pool, CUmemPool_attribute attribute, uint64_t* out) {
+// The pool's reserved memory as the driver reports it.
+bool Reserved(CUmemoryPool pool, uint64_t* out) {
   cuuint64_t value = 0;
-  if (g_cuda.cuMemPoolGetAttribute == nullptr || g_cuda.cuMemPoolGetAttribute(pool, attribute, &value) != CUDA_SUCCESS) {
+  if (g_cuda.cuMemPoolGetAttribute == nullptr ||
+      g_cuda.cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &value) != CUDA_SUCCESS) {
     return false;
   }
   *out = value;
   return true;
-}
-
-bool Reserved(CUmemoryPool pool, uint64_t* out) {
-  return PoolAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, out);
 }
 
 // Set while this thread holds g_pools_mu, so a refusal inside an allocation can refresh the

@@ -5,9 +5,10 @@
 // (CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT), not the blocks: before an allocation it reserves the
 // block size (the most the pool can need to grow for it, rounded to 2 MiB, plus the largest extra
 // growth the pool has shown) unless a range its reserve is known to hold free fits the block
-// (pool_free_ranges.h), and after it sets the pool's charge to what the pool really reserves. Frees and synchronisations shrink the reserve
-// later; the charge follows at the pool's next allocation, at cuMemPoolTrimTo, and whenever a
-// reservation is refused (RefreshAllPools), so an over-charge never outlives the next need.
+// (pool_free_ranges.h), and after it sets the pool's charge to what the pool really reserves.
+// Frees and synchronisations shrink the reserve later; the charge follows at the pool's next
+// allocation, at cuMemPoolTrimTo, and whenever a reservation is refused (RefreshAllPools), so an
+// over-charge never outlives the next need.
 //
 // Allocations made while their stream is being captured are not memory yet (they become graph
 // allocation nodes, charged when the graph is instantiated) and pass through uncharged.
