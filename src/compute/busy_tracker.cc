@@ -342,13 +342,13 @@ void BusyTracker::LearnLocked(StreamState& st, const PendingMark& mark, int64_t 
   has_default_estimate_ = true;
   const bool had_drain = st.drain_launches > 0;
   const double drain_before = QueuedCostLocked(st);
-  st.drain_span_ns = st.drain_span_ns * options_.max_cost_decay + static_cast<double>(std::max<int64_t>(span_ns, 0));
+  st.drain_span_ns = st.drain_span_ns * options_.max_cost_decay + static_cast<double>(span_ns);
   st.drain_launches = st.drain_launches * options_.max_cost_decay + mark.launches;
   // The uniform-cost learning reads the interval's own length per launch (a deep interval: the
   // queue never ran dry), what the cap on a possibly gapped interval bounds. Not the union busy
   // time it added: with several streams that is a fraction of its length, and a cap from it cut
   // the intervals after every idle start short (a container under-measured its busy time).
-  const double span_per_launch = static_cast<double>(std::max<int64_t>(span_ns, 0)) / mark.launches;
+  const double span_per_launch = static_cast<double>(span_ns) / mark.launches;
   if (mark.deep && mark.launches <= options_.uniform_max_launches) {
     // Few launches per interval: their costs show how much single launches differ (an interval
     // of many launches averages that away).
@@ -381,7 +381,8 @@ PollResult BusyTracker::ProcessMarkLocked(StreamState& st, const PendingMark& ma
     result.intervals = 1;
     result.estimated_ns = mark.estimate_ns;
     if (timed && st.chain_open && !mark.unmeasurable) {
-      if (mark.launches > 0) NoteSpanLocked(st, (time - st.chain_time_ns) / mark.launches, mark.host_ns);
+      const int64_t span = std::max<int64_t>(time - st.chain_time_ns, 0);  // the interval's own length
+      if (mark.launches > 0) NoteSpanLocked(st, span / mark.launches, mark.host_ns);
       int64_t begin = st.chain_time_ns;
       if (st.chain_from_begin) begin += std::min(options_.begin_skew_ns, (time - begin) / 2);
       if (!mark.deep && UniformCostLocked(st)) {
@@ -391,7 +392,7 @@ PollResult BusyTracker::ProcessMarkLocked(StreamState& st, const PendingMark& ma
         begin = std::max(begin, time - cap);
       }
       result.busy_ns = union_.Add(begin, time);
-      LearnLocked(st, mark, result.busy_ns, time - st.chain_time_ns);
+      LearnLocked(st, mark, result.busy_ns, span);
     } else {
       result.busy_ns = mark.estimate_ns;  // interval not measurable: the estimate stands
       result.unmeasured_ns = mark.estimate_ns;

@@ -242,6 +242,7 @@ class BusyTracker {
   bool AbsoluteTimeLocked(EventId event, int64_t* time);
   PollResult DrainStreamLocked(StreamState& st);
   PollResult ProcessMarkLocked(StreamState& st, const PendingMark& mark);
+  // busy_ns: what the interval added to the union; span_ns: its own length (>= 0).
   void LearnLocked(StreamState& st, const PendingMark& mark, int64_t busy_ns, int64_t span_ns);
   double QueuedCostLocked(const StreamState& st) const;
   void DropPendingLocked(StreamState& st, PollResult* result);
