@@ -112,6 +112,10 @@ void Simulation::AddThread(int process, const WorkloadSpec& workload) {
 
 // --- Threads -------------------------------------------------------------------------------
 
+bool Simulation::HasRoomForBatch(const Thread& th, int stream) const {
+  return gpu_.PendingCommands(stream) + std::max(th.spec.batch, 1) <= th.spec.max_queue;
+}
+
 void Simulation::StepLaunch(Thread& th, int64_t t) {
   Process& p = *th.process;
   const WorkloadSpec& w = th.spec;
@@ -121,7 +125,7 @@ void Simulation::StepLaunch(Thread& th, int64_t t) {
     int next = -1;
     for (int i = 1; i <= n && next < 0; ++i) {
       const int lane = (th.lane + i + n) % n;
-      if (gpu_.PendingCommands(th.streams[lane]) + batch <= w.max_queue) next = lane;
+      if (HasRoomForBatch(th, th.streams[lane])) next = lane;
     }
     if (next < 0) {
       th.wait = Thread::Wait::kAnyQueue;
@@ -200,7 +204,7 @@ void Simulation::WakeWaiters(int64_t t) {
     } else if (th->wait == Thread::Wait::kAnyQueue) {
       done = false;
       for (int stream : th->streams) {
-        done = done || gpu_.PendingCommands(stream) + std::max(th->spec.batch, 1) <= th->spec.max_queue;
+        done = done || HasRoomForBatch(*th, stream);
       }
     } else {
       for (int stream : th->streams) done = done && gpu_.StreamDrained(stream);

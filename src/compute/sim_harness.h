@@ -98,6 +98,7 @@ class Simulation {
 
   void Step(Thread& thread, int64_t t);
   void StepLaunch(Thread& thread, int64_t t);
+  bool HasRoomForBatch(const Thread& thread, int stream) const;  // skip_full
   void WakeWaiters(int64_t t);
   int64_t NextTick() const;
   void RunTicks(int64_t t);
