@@ -544,7 +544,7 @@ def plot(lines, summary, path, title, labels=None):
                 "util" if any(l["basis"] != "throughput" for l in mine) else "pass")
             ax.add_patch(Rectangle((x, y), 1, 1, facecolor=colour[worst], edgecolor="white", lw=2))
             shares = " / ".join("err" if l.get("error") else fmt(l["share"])
-                                + (f" of {fmt(l['expected'])}" if l.get("expected", l["target"]) != l["target"] else "")
+                                + (f" of {fmt(l['expected'])}" if l["expected"] != l["target"] else "")
                                 for l in mine)
             utils = " / ".join(fmt(l["util"], 0) for l in mine)
             ax.text(x + 0.5, y + 0.42, shares, ha="center", va="center", fontsize=8.5, weight="bold")
