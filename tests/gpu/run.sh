@@ -247,8 +247,9 @@ if want matrix; then
   args=(--library "$LIB" --out "$DETAIL/matrix")
   [ $QUICK = 1 ] && args+=(--quick)
   [ -n "${VGPU_MATRIX_BUDGET:-}" ] && args+=(--budget "$VGPU_MATRIX_BUDGET")
-  if [ -n "${VGPU_MATRIX_ARGS:-}" ]; then
-    eval "extra=(${VGPU_MATRIX_ARGS})" || { echo "VGPU_MATRIX_ARGS: cannot be split into options" >&2; exit 2; }
+  if [ -n "${VGPU_MATRIX_ARGS:-}" ]; then  # split as a shell would, without running anything in it
+    mapfile -t extra < <(python3 -c 'import shlex, sys; print("\n".join(shlex.split(sys.argv[1])))' "$VGPU_MATRIX_ARGS" 2>/dev/null) &&
+      [ ${#extra[@]} -gt 0 ] || { echo "VGPU_MATRIX_ARGS: cannot be split into options" >&2; exit 2; }
     args+=("${extra[@]}")
   fi
   python3 "$ROOT/bench/compute_matrix.py" "${args[@]}" >"$DETAIL/matrix/stdout.txt" 2>>"$LOG"
