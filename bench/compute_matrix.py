@@ -5,12 +5,13 @@ a container achieves alone, whatever its concurrency (streams, host threads, pro
 Usage: python3 bench/compute_matrix.py --library build-gpu/libvgpu.so --out DIR
                                         [--rows PATTERNS] [--targets 10,30,60,90] [--quick]
                                         [--groups 30+60,30+30+30] [--colocated ROWS]
-                                        [--seconds S] [--warmup S] [--budget S] [--dry-run]
+                                        [--seconds S] [--warmup S] [--budget S] [--clock-spin] [--dry-run]
        python3 bench/compute_matrix.py --from-json DIR/compute-matrix.json [DIR3/compute-matrix.json ...] --out DIR2
 
 Rows (workloads; --rows takes ids or shell patterns such as '16x*,matmul*'):
-  spin kernels of bench/compute/concurrency.cu (built here with nvcc; 1 block of 256 threads per
-  SM unless wider; throughput in kernels/s): 1 stream of 5 µs, 50 µs, 2 ms kernels; 2 streams of
+  kernels of bench/compute/concurrency.cu (built here with nvcc; 1 block of 256 threads per SM
+  unless wider; each a fixed amount of work lasting its time alone, or with --clock-spin a spin on
+  clock64(); throughput in kernels/s): 1 stream of 5 µs, 50 µs, 2 ms kernels; 2 streams of
   500 µs; 4 of 200 µs; 8 of 1 ms; 16 of 50 µs; 16 of 5 ms; 8 of 1 ms kernels 2 blocks per SM wide;
   4 host threads each launching on its own stream (200 µs); a CUDA graph of 4 parallel branches of
   4 kernels (500 µs); 2 processes of one container x 2 streams (500 µs) and 4 processes x 1
@@ -174,6 +175,7 @@ class Settings:
         self.serving_window = (self.warmup if given.warmup is None else given.warmup,
                                self.measure if given.seconds is None else given.seconds)
         self.workload_cmd = shlex.split(args.workload_cmd) if args.workload_cmd else None
+        self.clock_spin = args.clock_spin
         self.skipped = []  # (row or group, reason): decided before running
         if "serving" in self.rows and not os.path.isfile(self.serve_script):
             self.rows.remove("serving")
@@ -266,6 +268,8 @@ class MatrixRunner:
         w, d = f"{self.s.warmup:g}", f"{self.s.measure:g}"
         if row.kind == "spin":
             program, tail = [self.spin_bin or "concurrency"], ["run"] + row.args.split() + ["--warmup", w, "--seconds", d]
+            if self.s.clock_spin:
+                tail.append("--clock-spin")
         elif row.kind == "torch":
             name, *extra = row.args.split()
             program, tail = [sys.executable, TORCH_WORKER], [name, w, d] + extra
@@ -654,6 +658,10 @@ def parser():
     p.add_argument("--build-dir", help="where concurrency.cu is built (default: <library dir>/bench-compute)")
     p.add_argument("--workload-cmd", help="replaces every workload's program with this command, given the row's "
                    "kind (spin, torch, serving) and the workload's arguments: for tests, with a fake workload")
+    p.add_argument("--clock-spin", action="store_true",
+                   help="concurrency.cu's kernels spin on clock64() for their time instead of doing a fixed "
+                        "amount of work (a kernel switched out by another "
+                        "context keeps counting, so time-sliced processes overstate their throughput)")
     p.add_argument("--dry-run", action="store_true", help="print the plan and the commands and exit; needs no GPU")
     p.add_argument("--from-json", metavar="FILE", nargs="+",
                    help="redraw the table, TSV and plot from a compute-matrix.json, or from several (a matrix "
@@ -769,6 +777,7 @@ def run_blocks(args, s, blocks, est, started, sampler, launcher):
                       f"GPU-Util from {sampler.source or 'nowhere'}; library {args.library}"
                       + other_compute_variables("; ")
                       + (f"; VGPU_COMPUTE_PERIOD={s.period}" if s.period else "")
+                      + ("; kernels spin on clock64() (--clock-spin)" if s.clock_spin else "")
                       + (f", commit {commit}" if commit else "") + ")")
     data["title"] = f"vgpu compute limit, concurrency matrix on {gpu} ({date})"
     total = sum(len(b) for b in blocks)

@@ -145,7 +145,7 @@ class Args:
         self.quick, self.targets, self.warmup, self.seconds, self.rows = False, None, 0.5, 1.6, None
         self.groups, self.colocated = cm.DEFAULT_GROUPS, cm.DEFAULT_COLOCATED
         self.period, self.budget, self.serve_script = None, None, "/nonexistent/serve.py"
-        self.serving_args, self.workload_cmd = cm.DEFAULT_SERVING_ARGS, None
+        self.serving_args, self.workload_cmd, self.clock_spin = cm.DEFAULT_SERVING_ARGS, None, False
         self.__dict__.update(kw)
 
 
@@ -231,6 +231,11 @@ class Plan(unittest.TestCase):
         self.assertIn("--barrier DIR NAME", out)
         self.assertIn("4 processes × 1 stream, 50 µs kernels: limit 10 (4 processes of one container, started together)", out)
         self.assertIn("not run: serving: /nonexistent/serve.py not found", out)
+        self.assertNotIn("--clock-spin", out)
+        r = subprocess.run([sys.executable, os.path.join(HERE, "compute_matrix.py"), "--library", "lib.so",
+                            "--dry-run", "--rows", "1x5us", "--clock-spin"], capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("run --streams 1 --kernel-us 5 --warmup 0.5 --seconds 1.6 --clock-spin", r.stdout)
         r = subprocess.run([sys.executable, os.path.join(HERE, "compute_matrix.py"), "--library", "lib.so",
                             "--dry-run", "--targets", "101"], capture_output=True, text=True, timeout=60)
         self.assertEqual(r.returncode, 2)

@@ -1,5 +1,5 @@
-// Concurrent spin-kernel workload for the compute-limit matrix (bench/compute_accuracy.py
-// --matrix): kernels that spin for a fixed time on some of the GPU's SMs, launched from several
+// Concurrent kernel workload for the compute-limit matrix (bench/compute_matrix.py): kernels of a
+// fixed amount of work that last a given time alone on some of the GPU's SMs, launched from several
 // streams and host threads (or replayed as a CUDA graph with parallel branches), each stream kept
 // busy with at most two batches in flight (flow control through events, no device-wide sync).
 // Throughput = kernels completed per second of a measured window, so it reflects the
@@ -7,8 +7,14 @@
 //
 //   concurrency run --kernel-us K [--streams S] [--threads T] [--blocks-per-sm F]
 //                   [--graph-branches B --graph-depth L] [--warmup W] [--seconds D]
-//                   [--barrier DIR NAME]
-//     --kernel-us      spin time of one kernel (clock64() cycles at the measured clock rate)
+//                   [--barrier DIR NAME] [--clock-spin]
+//     --kernel-us      run time of one kernel alone at the maximum SM clock (WorkKernel: a
+//                      chain of dependent loads, sized by IterationsPerUs); it needs that much
+//                      GPU time whoever else runs, so kernels/s is work done also when contexts
+//                      time-slice
+//     --clock-spin     spin on clock64() instead (SpinKernel: wall time; a kernel whose context is
+//                      switched out keeps counting and finishes early, so several contexts all seem
+//                      to run at full speed)
 //     --streams        streams, each owned by one host thread (S % T == 0; default 1)
 //     --threads        host threads launching (default 1)
 //     --blocks-per-sm  kernel width: blocks of 256 threads per SM, 1 = one per SM (default 1);
@@ -18,7 +24,8 @@
 //     --barrier DIR NAME: after the warm-up create DIR/ready.NAME and keep warming up until DIR/go
 //                      exists (it holds a CLOCK_MONOTONIC start time, seconds) and that time came
 //   Prints one JSON line: kernels, seconds, rate (kernels/s), kernel_us, concurrency
-//   (rate x kernel time: kernels running at once on average), t_start, t_end.
+//   (rate x kernel time: kernels running at once on average), kernel ("work" or "clock-spin"),
+//   per_kernel (its iterations or cycles), t_start, t_end.
 // Every CUDA return code is checked (exit 2). Clocks are never changed.
 #include <cuda_runtime.h>
 
@@ -47,10 +54,13 @@ struct Options {
   double warmup_s = 1.0;
   double seconds = 3.0;
   std::string barrier_dir, barrier_name;
+  bool clock_spin = false;
 };
 
 struct Shared {
-  long long cycles = 0;
+  long long cycles = 0;      // --clock-spin: clock64() cycles per kernel
+  long long iterations = 0;  // otherwise: WorkKernel iterations per kernel
+  bool clock_spin = false;
   int grid = 0;
   unsigned long long* sink = nullptr;
   std::atomic<int> phase{0};         // 0 warm-up, 1 measuring, 2 stop
@@ -68,13 +78,21 @@ struct Lane {
   int head = 0, inflight = 0;
 };
 
+void LaunchKernel(const Shared& sh, cudaStream_t stream) {
+  if (sh.clock_spin) {
+    SpinKernel<<<sh.grid, 256, 0, stream>>>(sh.cycles, sh.sink);
+  } else {
+    WorkKernel<<<sh.grid, 256, 0, stream>>>(sh.iterations, 0, sh.sink, nullptr);
+  }
+  CHECK(cudaGetLastError());
+}
+
 void LaunchBatch(Shared& sh, Lane& lane, long long seq) {
   if (lane.graph != nullptr) {
     CHECK(cudaGraphLaunch(lane.graph, lane.stream));
   } else {
     for (int k = 0; k < lane.kernels_per_batch; ++k) {
-      SpinKernel<<<sh.grid, 256, 0, lane.stream>>>(sh.cycles, sh.sink);
-      CHECK(cudaGetLastError());
+      LaunchKernel(sh, lane.stream);
     }
   }
   const int slot = (lane.head + lane.inflight) % 2;
@@ -137,8 +155,7 @@ cudaGraphExec_t BuildGraph(Shared& sh, cudaStream_t main, int branches, int dept
   for (int b = 0; b < branches; ++b) {
     CHECK(cudaStreamWaitEvent(side[b], fork, 0));
     for (int k = 0; k < depth; ++k) {
-      SpinKernel<<<sh.grid, 256, 0, side[b]>>>(sh.cycles, sh.sink);
-      CHECK(cudaGetLastError());
+      LaunchKernel(sh, side[b]);
     }
     CHECK(cudaEventRecord(joins[b], side[b]));
     CHECK(cudaStreamWaitEvent(main, joins[b], 0));
@@ -168,6 +185,7 @@ bool ParseArgs(int argc, char** argv, Options* o) {
     else if (a == "--graph-depth") o->graph_depth = atoi(next("--graph-depth"));
     else if (a == "--warmup") o->warmup_s = atof(next("--warmup"));
     else if (a == "--seconds") o->seconds = atof(next("--seconds"));
+    else if (a == "--clock-spin") o->clock_spin = true;
     else if (a == "--barrier") {
       o->barrier_dir = next("--barrier");
       o->barrier_name = next("--barrier");
@@ -215,17 +233,22 @@ double WaitForStart(const Options& o, double warm_end) {
 int main(int argc, char** argv) {
   if (argc < 2 || strcmp(argv[1], "run") != 0) {
     fprintf(stderr, "usage: concurrency run --kernel-us K [--streams S] [--threads T] [--blocks-per-sm F] "
-                    "[--graph-branches B --graph-depth L] [--warmup W] [--seconds D] [--barrier DIR NAME]\n");
+                    "[--graph-branches B --graph-depth L] [--warmup W] [--seconds D] [--barrier DIR NAME] [--clock-spin]\n");
     return 2;
   }
   Options o;
   if (!ParseArgs(argc, argv, &o)) return 2;
   Shared sh;
   Gpu probe;
-  Setup(probe);  // one block per SM: measures the clock rate
+  Setup(probe);  // one block per SM: measures the kernel's rate alone
   sh.grid = probe.grid * o.blocks_per_sm;
   sh.sink = probe.sink;
-  sh.cycles = static_cast<long long>(CyclesPerUs(probe) * o.kernel_us);
+  sh.clock_spin = o.clock_spin;
+  if (o.clock_spin) {
+    sh.cycles = static_cast<long long>(CyclesPerUs(probe) * o.kernel_us);
+  } else {
+    sh.iterations = std::max(1LL, static_cast<long long>(IterationsPerUs(probe) * o.kernel_us));
+  }
   const bool graph_mode = o.graph_branches > 0;
   const int lanes_total = graph_mode ? 1 : o.streams;
   const int threads = graph_mode ? 1 : o.threads;
@@ -256,9 +279,10 @@ int main(int argc, char** argv) {
   const long long kernels = sh.counted.load();
   const double rate = kernels / seconds;
   printf("{\"kernels\": %lld, \"seconds\": %.6f, \"rate\": %.3f, \"kernel_us\": %.3f, \"concurrency\": %.4f, "
-         "\"streams\": %d, \"threads\": %d, \"graph_branches\": %d, \"t_start\": %.6f, \"t_end\": %.6f}\n",
+         "\"streams\": %d, \"threads\": %d, \"graph_branches\": %d, \"kernel\": \"%s\", \"per_kernel\": %lld, "
+         "\"t_start\": %.6f, \"t_end\": %.6f}\n",
          kernels, seconds, rate, o.kernel_us, rate * o.kernel_us * 1e-6, lanes_total, threads, o.graph_branches,
-         sh.t_start, sh.t_end);
+         o.clock_spin ? "clock-spin" : "work", o.clock_spin ? sh.cycles : sh.iterations, sh.t_start, sh.t_end);
   fflush(stdout);
   for (auto& lanes : per_thread) {
     for (Lane& lane : lanes) {
