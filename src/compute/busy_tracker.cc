@@ -1,5 +1,7 @@
 #include "compute/busy_tracker.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -13,8 +15,24 @@ void PollResult::Add(const PollResult& other) {
   intervals += other.intervals;
 }
 
-BusyTracker::BusyTracker(GpuEventOps* ops, const BusyTrackerOptions& options)
-    : ops_(ops), options_(options), union_(512) {}
+namespace {
+
+// A tracker's name in its container's BusyRing: splitmix64 of the pid and the object's address
+// (processes of one container have distinct pids; a collision only means that two processes
+// do not subtract each other's intervals).
+uint64_t RingToken(const void* self) {
+  uint64_t z = (static_cast<uint64_t>(getpid()) << 32) ^ reinterpret_cast<uintptr_t>(self);
+  z += 0x9e3779b97f4a7c15ULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  z ^= z >> 31;
+  return z != 0 ? z : 1;
+}
+
+}  // namespace
+
+BusyTracker::BusyTracker(GpuEventOps* ops, const BusyTrackerOptions& options, BusyRing* ring)
+    : ops_(ops), options_(options), union_(512), ring_(ring), ring_token_(RingToken(this)) {}
 
 BusyTracker::~BusyTracker() { Reset(true); }
 
@@ -90,7 +108,7 @@ bool BusyTracker::RecordLocked(StreamState& st, bool begin, bool deep, int64_t n
   }
   st.pending.push_back(PendingMark{event, begin ? 0 : st.tail_launches, begin,
                                    !begin && st.gap_unmarked, deep, begin ? 0 : st.tail_estimate_ns,
-                                   now, union_.horizon()});
+                                   now, own_horizon_});
   st.gap_unmarked = false;
   ++stats_.marks;
   if (begin) ++stats_.begins;
@@ -287,6 +305,8 @@ void BusyTracker::Reset(bool destroy_events) {
   }
   index_.clear();
   union_ = IntervalUnion(512);
+  own_horizon_ = std::numeric_limits<int64_t>::min();
+  has_offset_ = false;
   has_anchor_ = false;
   events_exhausted_ = false;
 }
@@ -373,6 +393,7 @@ PollResult BusyTracker::ProcessMarkLocked(StreamState& st, const PendingMark& ma
   PollResult result;
   int64_t time = 0;
   bool timed = AbsoluteTimeLocked(mark.event, &time);
+  if (timed) NoteOffsetLocked(mark.host_ns, last_poll_ns_, time);
   if (!(has_anchor_ && anchor_ == mark.event)) ReleaseEventLocked(mark.event);
   if (st.has_last_event && st.last_event == mark.event) st.has_last_event = false;
   st.pending_launches -= mark.launches;
@@ -391,7 +412,7 @@ PollResult BusyTracker::ProcessMarkLocked(StreamState& st, const PendingMark& ma
         const int64_t cap = std::llround(mark.launches * st.deep_max_ns * options_.uniform_cost_ratio);
         begin = std::max(begin, time - cap);
       }
-      result.busy_ns = union_.Add(begin, time);
+      result.busy_ns = AddOwnLocked(begin, time);
       LearnLocked(st, mark, result.busy_ns, span);
     } else {
       result.busy_ns = mark.estimate_ns;  // interval not measurable: the estimate stands
@@ -402,6 +423,77 @@ PollResult BusyTracker::ProcessMarkLocked(StreamState& st, const PendingMark& ma
   st.chain_time_ns = time;
   st.chain_from_begin = mark.begin;
   return result;
+}
+
+// --- Processes of one container: the BusyRing ----------------------------------------------
+
+// CLOCK_MONOTONIC = time + offset. No event completes before it was recorded, nor after the poll
+// that found it complete: host_ns - time <= offset <= seen_ns - time. The tightest bounds seen
+// are kept, each loosened by the drift the clocks may have had since (max_clock_drift_ppm). The
+// upper one is the estimate: under contention an event may wait for another context's time
+// slice long after it was recorded, but polls every poll_period_ns soon see some event complete
+// (the lower bound, tight for a begin on an idle GPU, only keeps it from going below).
+void BusyTracker::NoteOffsetLocked(int64_t host_ns, int64_t seen_ns, int64_t time) {
+  if (ring_ == nullptr) return;
+  const int64_t low = host_ns - time;
+  const int64_t high = seen_ns - time;
+  if (has_offset_) {
+    const int64_t drift = std::max<int64_t>(seen_ns - offset_noted_ns_, 0) / 1'000'000 * options_.max_clock_drift_ppm;
+    offset_low_ns_ = std::max(offset_low_ns_ - drift, low);
+    offset_high_ns_ = std::min(offset_high_ns_ + drift, high);
+  } else {
+    offset_low_ns_ = low;
+    offset_high_ns_ = high;
+    has_offset_ = true;
+  }
+  offset_noted_ns_ = std::max(offset_noted_ns_, seen_ns);
+  host_offset_ns_ = std::max(offset_high_ns_, offset_low_ns_);
+}
+
+// This process's interval: what it adds to the union (its own and the others' intervals), then
+// published for the others.
+int64_t BusyTracker::AddOwnLocked(int64_t begin, int64_t end) {
+  const int64_t added = union_.Add(begin, end);
+  own_horizon_ = std::max(own_horizon_, end);
+  if (ring_ == nullptr || !has_offset_ || end <= begin) return added;
+  const uint64_t i = ring_->head.fetch_add(1, std::memory_order_relaxed);
+  BusyRingSlot& slot = ring_->slots[i % kBusyRingSlots];
+  slot.seq.store(2 * i + 1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  slot.begin_ns.store(begin + host_offset_ns_, std::memory_order_relaxed);
+  slot.end_ns.store(end + host_offset_ns_, std::memory_order_relaxed);
+  slot.writer.store(ring_token_, std::memory_order_relaxed);
+  slot.seq.store(2 * i + 2, std::memory_order_release);
+  return added;
+}
+
+// Adds the intervals other processes published since the last read to the union (their
+// coverage only: nothing is charged for them here). A slot still being written stops the read
+// (it is retried at the next poll) unless the writers already moved a ring's length past it.
+void BusyTracker::ReadRingLocked() {
+  if (ring_ == nullptr || !has_offset_) return;
+  const uint64_t head = ring_->head.load(std::memory_order_acquire);
+  if (head - ring_read_ > static_cast<uint64_t>(kBusyRingSlots) || head < ring_read_) {
+    stats_.shared_skipped += head > ring_read_ ? static_cast<int64_t>(head - ring_read_) - kBusyRingSlots : 0;
+    ring_read_ = head > static_cast<uint64_t>(kBusyRingSlots) ? head - kBusyRingSlots : 0;
+  }
+  for (; ring_read_ < head; ++ring_read_) {
+    const uint64_t i = ring_read_;
+    const BusyRingSlot& slot = ring_->slots[i % kBusyRingSlots];
+    const uint64_t seq = slot.seq.load(std::memory_order_acquire);
+    if (seq == 2 * i + 1 && head - i < kBusyRingSlots / 2) return;  // being written: next poll
+    const int64_t begin = slot.begin_ns.load(std::memory_order_relaxed);
+    const int64_t end = slot.end_ns.load(std::memory_order_relaxed);
+    const uint64_t writer = slot.writer.load(std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (seq != 2 * i + 2 || slot.seq.load(std::memory_order_relaxed) != seq) {
+      ++stats_.shared_skipped;
+      continue;
+    }
+    if (writer == ring_token_ || end <= begin) continue;
+    union_.Add(begin - host_offset_ns_, end - host_offset_ns_);
+    ++stats_.shared_read;
+  }
 }
 
 void BusyTracker::NoteSpanLocked(StreamState& st, int64_t span_ns, int64_t now) {
@@ -463,6 +555,7 @@ PollResult BusyTracker::DrainStreamLocked(StreamState& st) {
 PollResult BusyTracker::PollLocked(int64_t now) {
   last_poll_ns_ = now;
   PollResult result;
+  ReadRingLocked();
   for (size_t i = 0; i < slots_.size(); ++i) {
     StreamState& st = slots_[i];
     if (!st.in_use || st.pending.empty()) continue;
@@ -482,7 +575,7 @@ PollResult BusyTracker::Poll(int64_t now) {
 // there), or, for a chain that restarts with a begin, the union horizon when that begin was
 // recorded (everything processed before then had completed before it).
 void BusyTracker::PruneUnionLocked() {
-  int64_t floor = union_.horizon();
+  int64_t floor = own_horizon_;
   for (const StreamState& st : slots_) {
     if (!st.in_use || st.pending.empty()) continue;
     const PendingMark& next = st.pending.front();

@@ -45,6 +45,15 @@
 // keeps a first burst of mis-estimated launches, or a drop of the share (priority), from
 // finding seconds of work queued.
 //
+// Processes of one container. Their contexts time-slice while both have work queued, so each one's
+//   intervals also cover the other's slices. With a BusyRing (one per container and GPU, shared
+//   memory), every measured interval is published there on CLOCK_MONOTONIC, and before its marks
+//   are processed the tracker adds the other processes' new intervals to its union: an interval
+//   is charged only for time that neither this process nor another one already charged. Event
+//   times become CLOCK_MONOTONIC by an offset: no event completes before it was recorded nor
+//   after the poll that saw it complete, and the tightest such bounds give the offset (see
+//   NoteOffsetLocked).
+//
 // Limits of the method (see docs/compute.md): a gap that opens in the middle of a tail (between
 // two marks, with no Flush in between) is counted as busy; time a stream waits on something other
 // than its own kernels (another context's time slice, a host callback, a copy) counts as busy.
@@ -61,10 +70,12 @@
 
 #include <cstdint>
 #include <deque>
+#include <limits>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
 
+#include "compute/compute_state.h"
 #include "compute/gpu_events.h"
 #include "compute/interval_union.h"
 
@@ -102,6 +113,8 @@ struct BusyTrackerOptions {
   int uniform_max_launches = 4;
   // LaunchSpanNs() looks back one to two of these windows.
   int64_t span_window_ns = 1'000'000'000;
+  // How far the GPU's event clock may drift from CLOCK_MONOTONIC (the time offset's decay).
+  int64_t max_clock_drift_ppm = 20;
 };
 
 // Returned by BeforeLaunch, passed back to AfterLaunch.
@@ -127,14 +140,17 @@ struct TrackerStats {
   int64_t event_errors = 0;
   int64_t queue_waits = 0;     // launches told to wait for their stream's queue (BeforeLaunch > 0)
   int64_t queue_wait_ns = 0;   // ... and the waits handed out
+  int64_t shared_read = 0;     // other processes' intervals added from the BusyRing
+  int64_t shared_skipped = 0;  // ring slots found overwritten or being written
   int streams = 0;
   int events_created = 0;
 };
 
 class BusyTracker {
  public:
-  // `ops` must outlive the tracker.
-  BusyTracker(GpuEventOps* ops, const BusyTrackerOptions& options);
+  // `ops` must outlive the tracker, and so must `ring` (the container's, or null: this process's
+  // own union only).
+  BusyTracker(GpuEventOps* ops, const BusyTrackerOptions& options, BusyRing* ring = nullptr);
   // Destroys every event it created (REQUIRES: their context is still alive, else Reset(false)).
   ~BusyTracker();
   BusyTracker(const BusyTracker&) = delete;
@@ -250,6 +266,9 @@ class BusyTracker {
   void PruneUnionLocked();
   void FreeSlotLocked(int slot);
   void NoteSpanLocked(StreamState& st, int64_t span_ns, int64_t now);
+  void NoteOffsetLocked(int64_t host_ns, int64_t seen_ns, int64_t time);
+  int64_t AddOwnLocked(int64_t begin, int64_t end);
+  void ReadRingLocked();
   double EstimateLocked(const StreamState& st) const;
   bool UniformCostLocked(const StreamState& st) const;
 
@@ -273,6 +292,19 @@ class BusyTracker {
   TrackerStats stats_;                             // guarded by mu_
   SpanWindow span_now_;                            // guarded by mu_
   SpanWindow span_before_;                         // guarded by mu_
+  // The end of this process's latest interval in the union (others' may end later): the bound
+  // for pruning and for a begin's horizon.
+  int64_t own_horizon_ = std::numeric_limits<int64_t>::min();  // guarded by mu_
+  BusyRing* const ring_;
+  uint64_t ring_token_ = 0;                        // this tracker's name in the ring
+  uint64_t ring_read_ = 0;                         // ring intervals read so far; guarded by mu_
+  // CLOCK_MONOTONIC = event time + host_offset_ns_ (valid once has_offset_), between the bounds
+  // offset_low_ns_ and offset_high_ns_ (NoteOffsetLocked); guarded by mu_.
+  int64_t host_offset_ns_ = 0;
+  int64_t offset_low_ns_ = 0;
+  int64_t offset_high_ns_ = 0;
+  int64_t offset_noted_ns_ = 0;
+  bool has_offset_ = false;
 };
 
 }  // namespace vgpu::compute

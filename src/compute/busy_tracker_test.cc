@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <set>
 
 #include "compute/sim_model.h"
@@ -439,6 +440,70 @@ TEST(BusyTrackerTest, ResetDestroysEventsAndForgetsStreams) {
   rig.tracker.Reset(/*destroy_events=*/true);
   EXPECT_FALSE(rig.tracker.HasPendingWork());
   EXPECT_GE(rig.ops.destroyed, 2);  // begin + mark
+}
+
+// Two processes of one container: two contexts that time-slice (each one's intervals cover the
+// other's slices), with a tracker each. Sharing a BusyRing, together they charge what the GPU
+// was busy; without it, each charges the other's slices too.
+struct TwoProcesses {
+  explicit TwoProcesses(bool share) : ring{} {
+    SimGpuParams params = ExactGpu();
+    params.timeslice_ns = 1 * kMs;
+    gpu = std::make_unique<SimGpu>(params);
+    for (int p = 0; p < 2; ++p) {
+      const int ctx = gpu->AddContext();
+      contexts[p] = ctx;
+      streams[p] = gpu->AddStream(ctx);
+      ops[p] = std::make_unique<SimEventOps>(gpu.get(), ctx, sim::SimOpCosts{0, 0, 0});
+      trackers[p] = std::make_unique<BusyTracker>(ops[p].get(), ExactOptions(), share ? &ring : nullptr);
+    }
+  }
+  // Both keep their stream busy with `launches` kernels of `kernel_ns` (as many queued as their
+  // tracker admits), polling every 20 us; returns the busy time both charged.
+  int64_t Run(int launches, int64_t kernel_ns) {
+    int left[2] = {launches, launches};
+    int64_t charged = 0;
+    for (int step = 0; step < 100000 && (left[0] > 0 || left[1] > 0 || trackers[0]->HasPendingWork() ||
+                                         trackers[1]->HasPendingWork());
+         ++step) {
+      for (int p = 0; p < 2; ++p) {
+        LaunchTicket ticket;
+        while (left[p] > 0 && trackers[p]->BeforeLaunch(streams[p], now, &ticket) == 0) {
+          gpu->Launch(streams[p], now, kernel_ns);
+          PollResult polled;
+          trackers[p]->AfterLaunch(ticket, true, now, &polled);
+          charged += polled.busy_ns;
+          --left[p];
+        }
+        if (left[p] == 0) trackers[p]->Flush(now);
+        charged += trackers[p]->Poll(now).busy_ns;
+      }
+      now += 20 * kUs;
+      gpu->AdvanceTo(now);
+    }
+    return charged;
+  }
+  BusyRing ring;
+  std::unique_ptr<SimGpu> gpu;
+  int contexts[2] = {0, 0};
+  int streams[2] = {0, 0};
+  std::unique_ptr<SimEventOps> ops[2];
+  std::unique_ptr<BusyTracker> trackers[2];
+  int64_t now = 0;
+};
+
+TEST(BusyTrackerTest, ProcessesSharingABusyRingChargeTheirTimeSlicesOnce) {
+  for (int64_t kernel : {200 * kUs, 2 * kMs}) {
+    TwoProcesses shared(true);
+    const int64_t charged = shared.Run(100, kernel);
+    const int64_t truth = shared.gpu->DeviceBusyNs(0, shared.now + kMs);
+    EXPECT_NEAR(static_cast<double>(charged), static_cast<double>(truth), 0.02 * truth) << kernel;
+    EXPECT_GT(shared.trackers[0]->stats().shared_read, 0);
+    EXPECT_GT(shared.trackers[1]->stats().shared_read, 0);
+    TwoProcesses alone(false);
+    const int64_t doubled = alone.Run(100, kernel);
+    EXPECT_GT(doubled, 1.5 * alone.gpu->DeviceBusyNs(0, alone.now + kMs)) << kernel;
+  }
 }
 
 }  // namespace

@@ -10,7 +10,10 @@
 //                      GPU maps it). Holds one activity heartbeat per priority bucket, so a
 //                      low-priority container can see that a higher-priority one is active.
 //   GpuTurn            one per physical GPU, node-wide, beside the PriorityBoard: which limited
-//                      process's burst the GPU is running, and until when (estimated).
+//                      container's burst the GPU is running, and until when (estimated).
+//   BusyRing           one per (container, GPU), beside its ComputeShareState: the busy intervals
+//                      its processes measured lately, so that each process charges only the time
+//                      no other process of the container covered.
 //
 // Rules (same as the ledger's):
 //   - All-zero bytes are a valid initial state (a freshly created, zero-filled file needs no
@@ -65,7 +68,10 @@ struct alignas(64) ComputeShareState {
   // Start of the current measurement (the share EWMA averages from here until it spans a whole
   // window, so that it does not start from zero).
   std::atomic<int64_t> measure_since_ns;     // 48  updater
-  std::atomic<uint64_t> reserved0;           // 56  zero
+  // The container's name in the GPU's turn (GpuTurn::holder): drawn by the first process that
+  // needs it (CAS from 0), shared by all, so that a container's processes never wait for each
+  // other's turn. 0 = not drawn yet.
+  std::atomic<uint64_t> turn_token;          // 56  any (CAS once)
   // --- line 1: controller state ------------------------------------------------------------
   std::atomic<int64_t> last_update_ns;       // 64  updater: time of the last update
   std::atomic<uint64_t> busy_at_update;      // 72  updater: busy_total_ns at the last update
@@ -82,6 +88,12 @@ struct alignas(64) ComputeShareState {
   // signals_read_ns != 0 (an all-zero state reads as "unknown", never as "others idle").
   std::atomic<int32_t> others_busy_ppm;      // 120 updater: last OthersBusy()
   std::atomic<int32_t> reference_ppm;        // 124 updater: last ReferenceShare()
+  // --- line 2: the container's run (ControllerOptions::period_ns) ---------------------------
+  // Until when the current run admits every launch of every process of the container (0 = no
+  // run): one run for all, opened by the first launch that finds the debt paid (CAS), so that
+  // the processes run together and rest together.
+  std::atomic<int64_t> run_end_ns;           // 128 any (CAS; store 0 to end it early)
+  std::atomic<uint64_t> reserved2[7];        // 136 zero
 };
 
 // Priority buckets: CUDA_TASK_PRIORITY p (0 = highest) maps to bucket min(p, kPriorityBuckets-1).
@@ -94,21 +106,47 @@ struct alignas(64) PriorityBoard {
   std::atomic<int64_t> heartbeat_ns[kPriorityBuckets];  // 0
 };
 
-// One per physical GPU, node-wide, beside its PriorityBoard: the GPU "turn" of limited processes.
+// One per physical GPU, node-wide, beside its PriorityBoard: the GPU "turn" of limited containers.
 // Contexts (processes) time-slice: while two of them both have work queued, each one's timing
 // events also cover the other's slices, and switching costs GPU time (two unlimited contexts of
 // 50 us kernels together did 93% of one context's work on an H200). A limited process whose
-// budget admits a launch therefore waits while another process's estimated work is still in
-// flight (until_ns), then claims the turn for its own burst; limited processes, of one container
-// or of several, end up taking turns instead of overlapping (docs/compute.md, "Turns").
+// budget admits a launch therefore waits while another container's estimated work is still in
+// flight (until_ns), then claims the turn for its own burst; limited containers end up taking
+// turns instead of overlapping (docs/compute.md, "Turns"). The processes of one container share
+// its token (ComputeShareState::turn_token): they run together, as they do natively, and their
+// BusyRing keeps each one's events from charging the others' slices twice.
 // Scheduling hints only: a stale or forged value costs at most one bounded wait
 // (ControllerOptions::max_turn_wait_ns).
 struct alignas(16) GpuTurn {
-  // Random token of the process (its Controller) that claimed last (0 = nobody yet).
+  // Token of the container (ComputeShareState::turn_token) that claimed last (0 = nobody yet).
   std::atomic<uint64_t> holder;  // 0  any (store)
   // CLOCK_MONOTONIC estimate of when all work claimed so far is done (max(until, now) + the
   // estimate of each launch, at submission).
   std::atomic<int64_t> until_ns;  // 8  any (store)
+};
+
+// One per (container, GPU), beside its ComputeShareState: the last kBusyRingSlots busy intervals
+// the container's processes measured, on CLOCK_MONOTONIC. A process adds the others' intervals
+// to its own union before it charges its own, so that time already charged by another process
+// of the container (their contexts time-slice, and each one's events cover the other's slices)
+// is not charged twice. Each slot is a sequence lock: interval i goes to slot i % kBusyRingSlots,
+// whose seq is 2i + 1 while it is written and 2i + 2 once complete. A reader that finds another
+// value skips the slot: at worst an overlap is charged twice (the container then gets less,
+// never more). Scheduling data, not an account: a forged interval only costs the container
+// the time it covers.
+inline constexpr int kBusyRingSlots = 256;
+
+struct BusyRingSlot {
+  std::atomic<uint64_t> seq;       //  0 writer: 2i + 1 while writing interval i, 2i + 2 done
+  std::atomic<int64_t> begin_ns;   //  8 writer
+  std::atomic<int64_t> end_ns;     // 16 writer
+  std::atomic<uint64_t> writer;    // 24 writer: the writing process's random token
+};
+
+struct alignas(64) BusyRing {
+  std::atomic<uint64_t> head;      //  0 any (fetch_add): intervals written so far
+  std::atomic<uint64_t> reserved[7];  // 8 zero
+  BusyRingSlot slots[kBusyRingSlots];  // 64
 };
 
 inline int PriorityBucket(int task_priority) {
@@ -120,7 +158,7 @@ inline int PriorityBucket(int task_priority) {
 static_assert(std::atomic<int64_t>::is_always_lock_free && std::atomic<uint64_t>::is_always_lock_free);
 static_assert(std::atomic<int32_t>::is_always_lock_free && std::atomic<uint32_t>::is_always_lock_free);
 static_assert(std::is_standard_layout_v<ComputeShareState> && std::is_standard_layout_v<PriorityBoard>);
-static_assert(sizeof(ComputeShareState) == 128 && alignof(ComputeShareState) == 64);
+static_assert(sizeof(ComputeShareState) == 192 && alignof(ComputeShareState) == 64);
 static_assert(offsetof(ComputeShareState, vclock_ns) == 0);
 static_assert(offsetof(ComputeShareState, next_update_ns) == 8);
 static_assert(offsetof(ComputeShareState, rate_ppm) == 16);
@@ -129,7 +167,7 @@ static_assert(offsetof(ComputeShareState, busy_total_ns) == 24);
 static_assert(offsetof(ComputeShareState, throttled_total_ns) == 32);
 static_assert(offsetof(ComputeShareState, last_launch_ns) == 40);
 static_assert(offsetof(ComputeShareState, measure_since_ns) == 48);
-static_assert(offsetof(ComputeShareState, reserved0) == 56);
+static_assert(offsetof(ComputeShareState, turn_token) == 56);
 static_assert(offsetof(ComputeShareState, last_update_ns) == 64);
 static_assert(offsetof(ComputeShareState, busy_at_update) == 72);
 static_assert(offsetof(ComputeShareState, saturated_ewma_ppm) == 80);
@@ -141,8 +179,13 @@ static_assert(offsetof(ComputeShareState, others_idle_since_ns) == 104);
 static_assert(offsetof(ComputeShareState, signals_read_ns) == 112);
 static_assert(offsetof(ComputeShareState, others_busy_ppm) == 120);
 static_assert(offsetof(ComputeShareState, reference_ppm) == 124);
+static_assert(offsetof(ComputeShareState, run_end_ns) == 128 && offsetof(ComputeShareState, reserved2) == 136);
 static_assert(sizeof(PriorityBoard) == 64 && offsetof(PriorityBoard, heartbeat_ns) == 0);
 static_assert(std::is_standard_layout_v<GpuTurn> && sizeof(GpuTurn) == 16);
 static_assert(offsetof(GpuTurn, holder) == 0 && offsetof(GpuTurn, until_ns) == 8);
+static_assert(std::is_standard_layout_v<BusyRing> && sizeof(BusyRingSlot) == 32);
+static_assert(offsetof(BusyRingSlot, begin_ns) == 8 && offsetof(BusyRingSlot, end_ns) == 16 &&
+              offsetof(BusyRingSlot, writer) == 24);
+static_assert(offsetof(BusyRing, slots) == 64 && sizeof(BusyRing) == 64 + 32 * kBusyRingSlots);
 
 }  // namespace vgpu::compute

@@ -87,26 +87,26 @@ bool Controller::Running() const {
 }
 
 // A run: once the debt is paid (within admit_ahead_ns) and the GPU's turn is free, every launch
-// of the process is admitted for share x period of wall time, whatever its stream or thread, so
-// its kernels overlap as they do natively; then it rests until the debt is paid again. A run
+// of the container is admitted for share x period of wall time, whatever its process, stream or
+// thread, so its kernels overlap as they do natively; then it rests until the debt is paid again. A run
 // ends early when the debt passes eight times what a saturating run leaves, (1 - share) x period
 // (plus admit_ahead_ns): the charges of a single long kernel or graph stop it.
 int64_t Controller::RunDelayNs(int64_t now, int64_t debt) {
   const int32_t rate = CurrentRatePpm();
-  const int64_t end = run_end_ns_.load(kRelaxed);
+  const int64_t end = state_->run_end_ns.load(kRelaxed);
   if (now < end) {
     const int64_t ceiling = 8 * PeriodNs(now) * (kFullShare - rate) / kFullShare + options_.admit_ahead_ns;
-    // Another process's claimed work still in flight (a process of this container, or of a
-    // neighbour whose run overlaps this one): wait for it rather than time-slice with it.
+    // Another container's claimed work still in flight (a neighbour whose run overlaps this
+    // one): wait for it rather than time-slice with it.
     if (debt <= ceiling) return TurnDelayNs(now);
-    run_end_ns_.store(0, kRelaxed);  // ended early
+    state_->run_end_ns.store(0, kRelaxed);  // ended early
   }
   if (debt > options_.admit_ahead_ns) return std::min(debt, options_.max_sleep_ns);
   const int64_t turn = TurnDelayNs(now);
   if (turn > 0) return turn;
   const int64_t length = std::max(PeriodNs(now) * rate / kFullShare, options_.min_run_ns);
   int64_t expected = end;
-  run_end_ns_.compare_exchange_strong(expected, now + length, kRelaxed, kRelaxed);  // one thread opens it
+  state_->run_end_ns.compare_exchange_strong(expected, now + length, kRelaxed, kRelaxed);  // one thread opens it
   return 0;
 }
 
@@ -125,7 +125,7 @@ int64_t Controller::PeriodNs(int64_t now) const {
 
 // --- Turns ---------------------------------------------------------------------------------
 
-// Another process took a turn on this GPU within turn_recent_ns.
+// Another container took a turn on this GPU within turn_recent_ns.
 bool Controller::SharingGpu(int64_t now) const {
   const int64_t other_turn = other_turn_ns_.load(kRelaxed);
   return other_turn != 0 && now - other_turn < options_.turn_recent_ns;
@@ -137,25 +137,30 @@ bool Controller::TakesTurns() const {
 
 // The process's name in the turn, drawn at its first claim: per process, not per container,
 // because processes of one container are separate contexts that time-slice just the same.
+// The container's token (ComputeShareState::turn_token), drawn by its first process to need it.
 uint64_t Controller::TurnToken(int64_t now) {
   uint64_t token = token_.load(kRelaxed);
   if (token != 0) return token;
-  // splitmix64 of the time, this object's address and a counter. A collision (two processes
-  // with the same token) only means those two do not wait for each other.
-  static std::atomic<uint64_t> drawn{0};
-  uint64_t z = static_cast<uint64_t>(now) ^ (reinterpret_cast<uintptr_t>(this) << 20) ^
-               (drawn.fetch_add(1, kRelaxed) << 48);
-  z += 0x9e3779b97f4a7c15ULL;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  z ^= z >> 31;
-  token = z != 0 ? z : 1;
-  uint64_t expected = 0;
-  if (!token_.compare_exchange_strong(expected, token, kRelaxed, kRelaxed)) token = expected;
+  token = state_->turn_token.load(kRelaxed);
+  if (token == 0) {
+    // splitmix64 of the time, this object's address and a counter. A collision (two containers
+    // with the same token) only means those two do not wait for each other.
+    static std::atomic<uint64_t> drawn{0};
+    uint64_t z = static_cast<uint64_t>(now) ^ (reinterpret_cast<uintptr_t>(this) << 20) ^
+                 (drawn.fetch_add(1, kRelaxed) << 48);
+    z += 0x9e3779b97f4a7c15ULL;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    z ^= z >> 31;
+    token = z != 0 ? z : 1;
+    uint64_t expected = 0;
+    if (!state_->turn_token.compare_exchange_strong(expected, token, kRelaxed, kRelaxed)) token = expected;
+  }
+  token_.store(token, kRelaxed);
   return token;
 }
 
-// Wait while another process's claimed work is still in flight; never longer than
+// Wait while another container's claimed work is still in flight; never longer than
 // max_turn_wait_ns in a row (a holder that died, a forged value or a neighbour that never pauses
 // cannot stall us beyond that).
 int64_t Controller::TurnDelayNs(int64_t now) {
@@ -203,11 +208,14 @@ void Controller::ClaimTurn(int64_t busy_ns, int64_t now) {
   if (turn_wait_since_.load(kRelaxed) != 0) turn_wait_since_.store(0, kRelaxed);
 }
 
+// Not while the published claim reaches beyond this process's own: another process of the
+// container claimed since, and its work may still be in flight.
 void Controller::ReleaseTurn(int64_t now) {
   const uint64_t token = token_.load(kRelaxed);
   if (turn_ == nullptr || token == 0 || turn_->holder.load(kRelaxed) != token) return;
-  claimed_until_.store(now, kRelaxed);
   int64_t until = turn_->until_ns.load(kRelaxed);
+  if (until > claimed_until_.load(kRelaxed)) return;
+  claimed_until_.store(now, kRelaxed);
   if (until > now) turn_->until_ns.compare_exchange_strong(until, now, kRelaxed, kRelaxed);
 }
 

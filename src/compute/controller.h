@@ -25,17 +25,19 @@
 //   saturating workloads; the loop removes what it leaves: budget lost to the credit bound,
 //   forgiven debt, and above all a biased sensor when a reference is available (time-slicing
 //   with other contexts, see docs/compute.md).
-//   Turns. Limited processes on one GPU (each one a context) take turns instead of overlapping:
-//   time-slicing between contexts costs GPU time and makes each one's events count the other's
-//   slices. An admitted launch still waits while another process's claimed work is estimated to
-//   be in flight (GpuTurn::until_ns, at most max_turn_wait_ns per burst), and every launch
-//   extends the claim by its estimate. While another process took a turn recently, bursts are
-//   longer (turn_admit_ahead_ns): fewer hand-overs, each of which leaves the GPU idle ~0.1 ms.
+//   Turns. Limited containers on one GPU take turns instead of overlapping: time-slicing between
+//   contexts costs GPU time and makes each one's events count the other's slices. An admitted
+//   launch still waits while another container's claimed work is estimated to be in flight
+//   (GpuTurn::until_ns, at most max_turn_wait_ns per burst), and every launch extends the claim
+//   by its estimate. The processes of one container share its token and run together, as they
+//   do natively (their BusyRing keeps their events from charging each other's slices). While
+//   another container took a turn recently, bursts are longer (turn_admit_ahead_ns): fewer
+//   hand-overs, each of which leaves the GPU idle ~0.1 ms.
 //   Runs (period_ns > 0, the default). Once the debt is paid (and the GPU's turn is free), every
-//   launch of the process, on any stream from any thread, is admitted for rate * period_ns of
-//   wall time (a run), then the process rests until the debt is paid again: it runs share *
-//   period and rests the rest of each period, and during a run its kernels overlap as they do
-//   natively. Gating launch by launch instead (period 0: bursts of admit_ahead_ns) serialises
+//   launch of the container, from any process, stream or thread, is admitted for rate *
+//   period_ns of wall time (a run, ComputeShareState::run_end_ns), then the container rests
+//   until the debt is paid again: it runs share * period and rests the rest of each period, and
+//   during a run its kernels overlap (and its processes time-slice) as they do natively. Gating launch by launch instead (period 0: bursts of admit_ahead_ns) serialises
 //   concurrent streams: each launch's charge holds back the others. Only under a hard limit
 //   without a soft one (see Running()). The feedback is off: a sensor's average ripples with
 //   the runs, and the budget clock alone is exact for a saturating container.
@@ -108,13 +110,13 @@ struct ControllerOptions {
   int64_t heartbeat_period_ns = 10'000'000;     // PriorityBoard written at most this often
   int64_t heartbeat_expiry_ns = 200'000'000;    // a heartbeat older than this is inactive
   int32_t yield_ppm = 20'000;                   // share while yielding (2%)
-  bool take_turns = true;                       // wait for other processes' bursts (GpuTurn)
-  int64_t turn_admit_ahead_ns = 8'000'000;      // admit_ahead_ns while another process took a
+  bool take_turns = true;                       // wait for other containers' bursts (GpuTurn)
+  int64_t turn_admit_ahead_ns = 8'000'000;      // admit_ahead_ns while another container took a
                                                 // turn within turn_recent_ns
   int64_t turn_recent_ns = 200'000'000;
   int64_t max_turn_wait_ns = 20'000'000;        // a burst waits at most this long for others
-  // > 0: runs. Once the debt is paid, every launch of the process (any stream, any thread) is
-  // admitted for share * period_ns of wall time, then it rests until the debt is paid again:
+  // > 0: runs. Once the debt is paid, every launch of the container (any process, stream or
+  // thread) is admitted for share * period_ns of wall time, then it rests until the debt is paid again:
   // its kernels overlap as they do natively during a run. Longer periods let the GPU's power
   // management see the load as it would natively (a power-capped workload then gains no clock
   // boost from the rests); the price is latency, up to (1 - share) * period per request.
@@ -127,7 +129,7 @@ struct ControllerOptions {
   // busy but runs fewer kernels at once than natively, for about one launch span per run (on an
   // H200, 16 streams of 5 ms kernels at a limit of 90: 84% of the throughput with 50 ms periods,
   // 89.4% with 200 ms). The period is at least spans_per_period launch spans, at most
-  // max_period_ns (or period_ns, if longer); not beside other processes that take turns.
+  // max_period_ns (or period_ns, if longer); not beside other containers that take turns.
   // At most 200 ms: a longer period makes each second's share swing by a run's length, and
   // beside neighbours that it does not see taking turns a longer run holds the GPU longer.
   int64_t spans_per_period = 40;
@@ -216,11 +218,10 @@ class Controller {
   std::atomic<int> bucket_;
   std::atomic<int64_t> last_beat_ns_{0};  // process-local: throttles board writes
   GpuTurn* const turn_;
-  std::atomic<uint64_t> token_{0};         // this process's name in the turn (0 = not drawn yet)
-  std::atomic<int64_t> other_turn_ns_{0};  // last time another process held the turn
+  std::atomic<uint64_t> token_{0};         // the container's name in the turn (0 = not read yet)
+  std::atomic<int64_t> other_turn_ns_{0};  // last time another container held the turn
   std::atomic<int64_t> turn_wait_since_{0};  // start of the current wait for others, 0 = none
   std::atomic<int64_t> claimed_until_{0};  // this process's claim, ahead of the published one
-  std::atomic<int64_t> run_end_ns_{0};     // runs: the current run admits every launch until then
   std::atomic<int64_t> launch_span_ns_{0};  // SetLaunchSpan
 };
 

@@ -36,6 +36,7 @@ class Simulation::Signals final : public LoadSignals {
 struct Simulation::Container {
   ContainerSpec spec;
   ComputeShareState state{};
+  BusyRing ring{};
   std::unique_ptr<Signals> signals;
   std::vector<int> contexts;
 };
@@ -89,7 +90,7 @@ int Simulation::AddProcess(int container) {
   p->context = gpu_.AddContext();
   c.contexts.push_back(p->context);
   p->ops = std::make_unique<SimEventOps>(&gpu_, p->context, costs_.ops);
-  p->tracker = std::make_unique<BusyTracker>(p->ops.get(), c.spec.tracker);
+  p->tracker = std::make_unique<BusyTracker>(p->ops.get(), c.spec.tracker, c.spec.shared_busy ? &c.ring : nullptr);
   p->controller = std::make_unique<Controller>(&c.state, &board_, c.signals.get(),
                                                c.spec.controller, c.spec.limits, &turn_);
   p->limiter = std::make_unique<ComputeLimiter>(p->controller.get(), p->tracker.get());

@@ -60,6 +60,7 @@ struct ContainerSpec {
   ControllerOptions controller;
   BusyTrackerOptions tracker;
   bool use_limiter = true;        // false: launches bypass vgpu entirely (no limit, no heartbeat)
+  bool shared_busy = true;        // the processes' trackers share a BusyRing (as libvgpu's do)
   bool others_signal = true;      // provide OthersBusy() (device busy minus own, lagged)
   bool reference_signal = false;  // provide ReferenceShare() (own true share, lagged)
   int64_t signal_window_ns = 200'000'000;

@@ -30,12 +30,12 @@ constexpr int64_t kTickPeriodNs = 2'000'000;  // opportunistic Tick at most this
 // One device's limiter. Never destroyed (launching threads may hold a pointer at any time; after
 // fork the child abandons it). Members are constant after construction except where noted.
 struct DeviceLimiter {
-  DeviceLimiter(int ledger_device, compute::ComputeShareState* state, const ComputeLimits& limits,
-                CUcontext context, const std::string& uuid, compute::PriorityBoard* board,
-                compute::GpuTurn* turn, const compute::ControllerOptions& options)
+  DeviceLimiter(int ledger_device, compute::ComputeShareState* state, compute::BusyRing* ring,
+                const ComputeLimits& limits, CUcontext context, const std::string& uuid,
+                compute::PriorityBoard* board, compute::GpuTurn* turn, const compute::ControllerOptions& options)
       : device(ledger_device),
         signals(uuid),
-        tracker(&ops, compute::BusyTrackerOptions{}),
+        tracker(&ops, compute::BusyTrackerOptions{}, ring),
         controller(state, board, &signals, options, limits, turn),
         limiter(&controller, &tracker),
         ctx(context),
@@ -133,8 +133,8 @@ DeviceLimiter* CreateLocked(Registry& r, int device, CUcontext ctx) {
   compute::ControllerOptions options;
   options.take_turns = g_turns;
   options.period_ns = g_period_ns;
-  auto* created = new (std::nothrow) DeviceLimiter(device, ledger->ComputeState(device), LimitsOf(*ledger, device),
-                                                   ctx, uuid, board, turn, options);
+  auto* created = new (std::nothrow) DeviceLimiter(device, ledger->ComputeState(device), ledger->ComputeBusy(device),
+                                                   LimitsOf(*ledger, device), ctx, uuid, board, turn, options);
   if (created == nullptr) return nullptr;
   VGPU_INFO("compute limit %d%% (soft %d%%, priority %d, runs of share x %lld ms) on ledger device %d (%s)",
             ledger->SmLimit(device), ledger->SmSoftLimit(device), ledger->TaskPriority(),

@@ -365,6 +365,11 @@ compute::ComputeShareState* Ledger::ComputeState(int device) const {
   return &impl_->file->compute[device];
 }
 
+compute::BusyRing* Ledger::ComputeBusy(int device) const {
+  if (impl_->read_only || device < 0 || device >= kLedgerMaxDevices) return nullptr;
+  return &impl_->file->busy[device];
+}
+
 int Ledger::TaskPriority() const {
   return static_cast<int>(impl_->file->header.task_priority.load(kRelaxed));
 }

@@ -64,6 +64,7 @@
 
 namespace vgpu::compute {
 struct ComputeShareState;
+struct BusyRing;
 }  // namespace vgpu::compute
 
 namespace vgpu::ledger {
@@ -218,6 +219,8 @@ class Ledger {
   // used without the ledger lock; valid as long as this Ledger). nullptr for a read-only ledger
   // or a device out of range.
   compute::ComputeShareState* ComputeState(int device) const;
+  // The container's recent busy intervals on a device record (compute::BusyRing), or nullptr.
+  compute::BusyRing* ComputeBusy(int device) const;
   // The limits now in the file (authority, defaults, one DeviceLimit per device record).
   LimitSet Limits() const;
 

@@ -262,6 +262,7 @@ LedgerStatus ReconcileBoot(int fd, File* file, const std::string& path) {
       }
       // The compute state holds CLOCK_MONOTONIC times of the old boot: start afresh.
       memset(static_cast<void*>(file->compute), 0, sizeof(file->compute));
+      memset(static_cast<void*>(file->busy), 0, sizeof(file->busy));
     }
     memset(h.boot_id, 0, sizeof(h.boot_id));
     memcpy(h.boot_id, current.data(), std::min(current.size(), sizeof(h.boot_id) - 1));

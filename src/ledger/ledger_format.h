@@ -1,4 +1,4 @@
-// On-disk (and in-memory: the file is mapped) layout of the ledger, layout version 4.
+// On-disk (and in-memory: the file is mapped) layout of the ledger, layout version 5.
 //
 // Version 2 appended the compute limiter's shared state (compute::ComputeShareState, one per
 // device record, format pinned in compute/compute_state.h) and its offset in the header.
@@ -8,8 +8,11 @@
 // meaning: a process slot can be "draining" (its process is dead but the driver may still hold
 // its memory: its charges stay until NVML no longer lists it, drain_since_ns / drain_confirmed),
 // every device record learns the size of a context (context_bytes, reserved before a context is
-// created), and the compute state holds the container's run/rest gate. Files of other versions
-// are refused as a wrong version, never misread.
+// created), and the compute state holds the container's run/rest gate. Version 5 grows the
+// compute state to 192 bytes (the container's turn token and its one run for all its processes)
+// and appends a compute::BusyRing per device record (the busy intervals the container's
+// processes measured, so that none charges another's time twice). Files of other versions are
+// refused as a wrong version, never misread.
 //
 // This header IS the file format; docs/ledger.md describes every field. Rules:
 //   - Fixed-width fields only, native byte order (the file never leaves the host), no pointers.
@@ -37,7 +40,7 @@
 namespace vgpu::ledger::format {
 
 inline constexpr char kMagic[8] = {'V', 'G', 'P', 'U', 'L', 'D', 'G', 'R'};
-inline constexpr uint32_t kLayoutVersion = 4;
+inline constexpr uint32_t kLayoutVersion = 5;
 // `ready` holds this value once the file is completely initialised (written last, release).
 inline constexpr uint64_t kReadyValue = 0x5245'4144'5921'5631ULL;  // "READY!V1"
 inline constexpr size_t kUuidBytes = 64;    // NUL-padded; at most 63 characters
@@ -130,12 +133,14 @@ struct File {
   // Compute limiter state per device record (all-zero = initial; lock-free atomics, never under
   // the mutex). Times are CLOCK_MONOTONIC: reset when the boot changes.
   compute::ComputeShareState compute[kLedgerMaxDevices];
+  // The container's recent busy intervals per device record (same rules as `compute`).
+  compute::BusyRing busy[kLedgerMaxDevices];
 };
 
 // --- The format, pinned --------------------------------------------------------------------
 static_assert(std::is_standard_layout_v<Header> && std::is_standard_layout_v<DeviceRecord> &&
               std::is_standard_layout_v<ProcessSlot> && std::is_standard_layout_v<File>);
-static_assert(kLedgerMaxDevices == 16 && kLedgerMaxProcesses == 1024, "part of layout version 4");
+static_assert(kLedgerMaxDevices == 16 && kLedgerMaxProcesses == 1024, "part of layout version 5");
 
 static_assert(sizeof(Header) == 512);
 static_assert(offsetof(Header, layout_version) == 8);
@@ -195,9 +200,11 @@ static_assert(offsetof(ProcessSlot, reserved2) == 416);
 
 static_assert(offsetof(File, devices) == 512);
 static_assert(offsetof(File, slots) == 3584);
-static_assert(sizeof(compute::ComputeShareState) == 128);
+static_assert(sizeof(compute::ComputeShareState) == 192);
 static_assert(offsetof(File, compute) == 462336);
-static_assert(sizeof(File) == 464384);
+static_assert(sizeof(compute::BusyRing) == 8256);
+static_assert(offsetof(File, busy) == 465408);
+static_assert(sizeof(File) == 597504);
 
 inline constexpr uint64_t kFileSize = sizeof(File);
 

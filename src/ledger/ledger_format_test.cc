@@ -92,11 +92,11 @@ TEST_F(LedgerFormatTest, ValidFileHasTheDocumentedHeader) {
   uint32_t u32 = 0;
   uint64_t u64 = 0;
   memcpy(&u32, valid_.data() + 8, 4);
-  EXPECT_EQ(u32, 4u);
+  EXPECT_EQ(u32, 5u);
   memcpy(&u32, valid_.data() + 12, 4);
   EXPECT_EQ(u32, 512u);
   memcpy(&u64, valid_.data() + 16, 8);
-  EXPECT_EQ(u64, 464384u);
+  EXPECT_EQ(u64, 597504u);
   memcpy(&u64, valid_.data() + 56, 8);
   EXPECT_EQ(u64, 512u) << "devices_offset";
   memcpy(&u64, valid_.data() + 64, 8);
@@ -180,7 +180,7 @@ TEST_F(LedgerFormatTest, HeaderCorruptionIsReported) {
   std::string bytes = valid_;
   memcpy(bytes.data(), "NOTLEDGR", 8);
   ExpectRefused(bytes, "bad magic");
-  for (const uint32_t version : {0u, 1u, 2u, 3u, 5u, 0xffffffffu}) {
+  for (const uint32_t version : {0u, 1u, 2u, 3u, 4u, 6u, 0xffffffffu}) {
     bytes = valid_;
     Put<uint32_t>(&bytes, offsetof(Header, layout_version), version);
     ExpectRefused(bytes, "layout version " + std::to_string(version) + " is not supported");
@@ -209,7 +209,7 @@ TEST_F(LedgerFormatTest, HeaderCorruptionIsReported) {
 }
 
 // Files of earlier layouts (version 1: 330240 bytes, no compute state; version 2: 332288 bytes,
-// no spill fields; version 3: the same size as 4, reserved fields where 4 has drain state, context
+// no spill fields; version 3: the size of 4, reserved fields where 4 has drain state, context
 // sizes and the compute gate) are reported as a wrong version, never misread.
 TEST_F(LedgerFormatTest, OlderVersionFilesAreRefusedAsWrongVersion) {
   struct Old {
@@ -217,7 +217,8 @@ TEST_F(LedgerFormatTest, OlderVersionFilesAreRefusedAsWrongVersion) {
     uint64_t size;
     uint64_t compute_offset;  // reserved0 in version 1
   };
-  for (const Old& old : {Old{1, 330240, 0}, Old{2, 332288, 330240}, Old{3, 464384, 462336}}) {
+  for (const Old& old :
+       {Old{1, 330240, 0}, Old{2, 332288, 330240}, Old{3, 464384, 462336}, Old{4, 464384, 462336}}) {
     std::string bytes = valid_.substr(0, old.size);
     Put<uint32_t>(&bytes, offsetof(Header, layout_version), old.version);
     if (old.version < 3) {
@@ -228,7 +229,7 @@ TEST_F(LedgerFormatTest, OlderVersionFilesAreRefusedAsWrongVersion) {
     Put<uint64_t>(&bytes, offsetof(Header, total_size), old.size);
     Put<uint64_t>(&bytes, offsetof(Header, compute_offset), old.compute_offset);
     const std::string expected =
-        "layout version " + std::to_string(old.version) + " is not supported (this build reads version 4)";
+        "layout version " + std::to_string(old.version) + " is not supported (this build reads version 5)";
     ExpectRefused(bytes, expected);
     LedgerStatus status;
     EXPECT_EQ(Ledger::OpenReadOnly(last_path_, &status), nullptr);
@@ -331,9 +332,9 @@ TEST_F(LedgerFormatTest, EveryTruncationLengthClassIsReported) {
   const Case cases[] = {
       {0, "truncated: 0 bytes"},       {1, "truncated: 1 bytes"},        {7, "truncated"},
       {8, "truncated: 8 bytes"},       {11, "truncated"},                {12, "shorter than the header"},
-      {200, "shorter than the header"}, {511, "shorter than the header"}, {512, "truncated: 512 of 464384"},
+      {200, "shorter than the header"}, {511, "shorter than the header"}, {512, "truncated: 512 of 597504"},
       {3584, "truncated: 3584 of"},    {100000, "truncated: 100000 of"}, {462335, "truncated: 462335 of"},
-      {462336, "truncated: 462336 of 464384"},
+      {462336, "truncated: 462336 of 597504"}, {597503, "truncated: 597503 of 597504"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.length);
@@ -342,7 +343,7 @@ TEST_F(LedgerFormatTest, EveryTruncationLengthClassIsReported) {
     EXPECT_EQ(Ledger::OpenReadOnly(last_path_, &status), nullptr);
     EXPECT_NE(status.message.find(c.problem), std::string::npos) << status.message;
   }
-  ExpectRefused(valid_ + "x", "wrong size: 464385 bytes");
+  ExpectRefused(valid_ + "x", "wrong size: 597505 bytes");
   ExpectRefused(std::string(format::kFileSize, '\0'), "bad magic");
   // A huge sparse file is refused without being read.
   const std::string huge = dir_.File("huge");
