@@ -111,7 +111,7 @@ struct Config {
   // default, 128 MiB but at most an eighth of the limit. Read it through MemoryHeadroom().
   uint64_t memory_headroom = 0;
   bool memory_headroom_set = false;
-  bool compute_turns = true;              // VGPU_COMPUTE_TURNS: limited processes take turns on a GPU
+  bool compute_turns = true;              // VGPU_COMPUTE_TURNS: limited containers take turns on a GPU
   // VGPU_COMPUTE_PERIOD: a limited process runs share x period, then rests (docs/compute.md);
   // 0 = no runs, bursts launch by launch.
   int64_t compute_period_ms = kDefaultComputePeriodMs;

@@ -115,7 +115,7 @@ void Controller::SetLaunchSpan(int64_t span_ns) { launch_span_ns_.store(std::max
 int64_t Controller::PeriodNs(int64_t now) const {
   const int64_t span = launch_span_ns_.load(kRelaxed);
   if (options_.period_ns <= 0 || span <= 0 || options_.spans_per_period <= 0) return options_.period_ns;
-  // Beside other limited processes the runs take turns with theirs: periods of different lengths
+  // Beside other limited containers the runs take turns with theirs: periods of different lengths
   // would let the longer ones hold the GPU longer (3 x 30 on the H200: 23.2 / 26.9 / 45.4).
   if (SharingGpu(now)) return options_.period_ns;
   const int64_t cap = std::max(options_.period_ns, options_.max_period_ns);
