@@ -429,10 +429,11 @@ PollResult BusyTracker::ProcessMarkLocked(StreamState& st, const PendingMark& ma
 
 // CLOCK_MONOTONIC = time + offset. No event completes before it was recorded, nor after the poll
 // that found it complete: host_ns - time <= offset <= seen_ns - time. The tightest bounds seen
-// are kept, each loosened by the drift the clocks may have had since (max_clock_drift_ppm). The
-// upper one is the estimate: under contention an event may wait for another context's time
-// slice long after it was recorded, but polls every poll_period_ns soon see some event complete
-// (the lower bound, tight for a begin on an idle GPU, only keeps it from going below).
+// are kept, each loosened by the drift the clocks may have had since (max_clock_drift_ppm), and
+// the estimate is their middle. Each bound tightens its own way: the lower one with any event
+// that ran as soon as it was recorded (a begin on a GPU nobody else holds), the upper one with
+// any event a poll found soon after it completed (polls come every poll_period_ns while a
+// process launches); the middle is off by at most half of what is still unknown.
 void BusyTracker::NoteOffsetLocked(int64_t host_ns, int64_t seen_ns, int64_t time) {
   if (ring_ == nullptr) return;
   const int64_t low = host_ns - time;
@@ -447,7 +448,8 @@ void BusyTracker::NoteOffsetLocked(int64_t host_ns, int64_t seen_ns, int64_t tim
     has_offset_ = true;
   }
   offset_noted_ns_ = std::max(offset_noted_ns_, seen_ns);
-  host_offset_ns_ = std::max(offset_high_ns_, offset_low_ns_);
+  host_offset_ns_ = offset_high_ns_ >= offset_low_ns_ ? offset_low_ns_ + (offset_high_ns_ - offset_low_ns_) / 2
+                                                     : offset_low_ns_;
 }
 
 // This process's interval: what it adds to the union (its own and the others' intervals), then

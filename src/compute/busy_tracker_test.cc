@@ -65,14 +65,15 @@ class FaultyOps final : public GpuEventOps {
 // One context, two streams, a tracker, and a clock the test moves.
 class Rig {
  public:
-  explicit Rig(const BusyTrackerOptions& options = ExactOptions(), const SimGpuParams& gpu = ExactGpu())
+  explicit Rig(const BusyTrackerOptions& options = ExactOptions(), const SimGpuParams& gpu = ExactGpu(),
+               BusyRing* ring = nullptr)
       : gpu_(gpu),
         ctx_(gpu_.AddContext()),
         s0(gpu_.AddStream(ctx_)),
         s1(gpu_.AddStream(ctx_)),
         sim_ops_(&gpu_, ctx_, sim::SimOpCosts{0, 0, 0}),
         ops(&sim_ops_),
-        tracker(&ops, options) {}
+        tracker(&ops, options, ring) {}
 
   // Returns false when the tracker asked to wait instead.
   bool TryLaunch(int stream, int64_t duration, bool graph = false) {
@@ -504,6 +505,59 @@ TEST(BusyTrackerTest, ProcessesSharingABusyRingChargeTheirTimeSlicesOnce) {
     const int64_t doubled = alone.Run(100, kernel);
     EXPECT_GT(doubled, 1.5 * alone.gpu->DeviceBusyNs(0, alone.now + kMs)) << kernel;
   }
+}
+
+// Another process's interval, written into the ring as that process would (CLOCK_MONOTONIC;
+// in the simulation the host clock and the GPU's are the same).
+uint64_t Publish(BusyRing& ring, int64_t begin, int64_t end, bool complete = true) {
+  const uint64_t i = ring.head.fetch_add(1);
+  BusyRingSlot& slot = ring.slots[i % kBusyRingSlots];
+  slot.seq.store(2 * i + 1);
+  slot.begin_ns.store(begin);
+  slot.end_ns.store(end);
+  slot.writer.store(0x5eed);
+  if (complete) slot.seq.store(2 * i + 2);
+  return i;
+}
+
+TEST(BusyTrackerTest, TimeAnotherProcessAlreadyChargedIsNotChargedAgain) {
+  BusyRing ring{};
+  Rig rig(ExactOptions(), ExactGpu(), &ring);
+  rig.Advance(1 * kMs);
+  ASSERT_TRUE(rig.Launch(rig.s0, 1 * kMs));  // [1, 2] ms, seen complete at once: the clocks' offset
+  rig.Advance(1 * kMs);
+  EXPECT_EQ(rig.Measured(), 1 * kMs);
+  EXPECT_EQ(ring.head.load(), 1u);  // published for the others
+  EXPECT_EQ(ring.slots[0].begin_ns.load(), 1 * kMs);
+  EXPECT_EQ(ring.slots[0].end_ns.load(), 2 * kMs);
+  // Another process charged [3.5, 4.5] ms; this one's kernel runs [4, 5] ms: 0.5 ms is new.
+  Publish(ring, 3'500 * kUs, 4'500 * kUs);
+  rig.Advance(2 * kMs);  // now 4 ms
+  ASSERT_TRUE(rig.Launch(rig.s0, 1 * kMs));
+  rig.Advance(2 * kMs);
+  EXPECT_EQ(rig.Measured(), 1'500 * kUs);
+  EXPECT_EQ(rig.tracker.stats().shared_read, 1);
+}
+
+TEST(BusyTrackerTest, RingSlotsBeingWrittenOrOverwrittenAreHandled) {
+  BusyRing ring{};
+  Rig rig(ExactOptions(), ExactGpu(), &ring);
+  ASSERT_TRUE(rig.Launch(rig.s0, 100 * kUs));
+  rig.Advance(1 * kMs);
+  rig.Measured();
+  // More intervals than the ring holds since the last read: the overwritten ones are skipped.
+  for (int i = 0; i < kBusyRingSlots + 44; ++i) Publish(ring, 2 * kMs + i, 2 * kMs + i + 1);
+  rig.Measured();
+  EXPECT_EQ(rig.tracker.stats().shared_read, kBusyRingSlots);
+  EXPECT_EQ(rig.tracker.stats().shared_skipped, 45);  // 44 overwritten + this tracker's own slot 0
+  // A slot still being written stops the read; it is read once complete.
+  const uint64_t i = Publish(ring, 3 * kMs, 3 * kMs + 1, /*complete=*/false);
+  Publish(ring, 3 * kMs + 2, 3 * kMs + 3);
+  rig.Measured();
+  EXPECT_EQ(rig.tracker.stats().shared_read, kBusyRingSlots);
+  ring.slots[i % kBusyRingSlots].seq.store(2 * i + 2);
+  rig.Measured();
+  EXPECT_EQ(rig.tracker.stats().shared_read, kBusyRingSlots + 2);
 }
 
 }  // namespace
