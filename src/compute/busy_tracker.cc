@@ -439,7 +439,8 @@ void BusyTracker::NoteOffsetLocked(int64_t host_ns, int64_t seen_ns, int64_t tim
   const int64_t low = host_ns - time;
   const int64_t high = seen_ns - time;
   if (has_offset_) {
-    const int64_t drift = std::max<int64_t>(seen_ns - offset_noted_ns_, 0) / 1'000'000 * options_.max_clock_drift_ppm;
+    const int64_t elapsed = std::max<int64_t>(seen_ns - offset_noted_ns_, 0);
+    const int64_t drift = elapsed / 1'000'000 * options_.max_clock_drift_ppm;
     offset_low_ns_ = std::max(offset_low_ns_ - drift, low);
     offset_high_ns_ = std::min(offset_high_ns_ + drift, high);
   } else {
@@ -448,8 +449,7 @@ void BusyTracker::NoteOffsetLocked(int64_t host_ns, int64_t seen_ns, int64_t tim
     has_offset_ = true;
   }
   offset_noted_ns_ = std::max(offset_noted_ns_, seen_ns);
-  host_offset_ns_ = offset_high_ns_ >= offset_low_ns_ ? offset_low_ns_ + (offset_high_ns_ - offset_low_ns_) / 2
-                                                     : offset_low_ns_;
+  host_offset_ns_ = offset_low_ns_ + std::max<int64_t>(offset_high_ns_ - offset_low_ns_, 0) / 2;
 }
 
 // This process's interval: what it adds to the union (its own and the others' intervals), then
@@ -476,7 +476,7 @@ void BusyTracker::ReadRingLocked() {
   if (ring_ == nullptr || !has_offset_) return;
   const uint64_t head = ring_->head.load(std::memory_order_acquire);
   if (head - ring_read_ > static_cast<uint64_t>(kBusyRingSlots) || head < ring_read_) {
-    stats_.shared_skipped += head > ring_read_ ? static_cast<int64_t>(head - ring_read_) - kBusyRingSlots : 0;
+    if (head > ring_read_) stats_.shared_skipped += static_cast<int64_t>(head - ring_read_) - kBusyRingSlots;
     ring_read_ = head > static_cast<uint64_t>(kBusyRingSlots) ? head - kBusyRingSlots : 0;
   }
   for (; ring_read_ < head; ++ring_read_) {

@@ -88,9 +88,10 @@ bool Controller::Running() const {
 
 // A run: once the debt is paid (within admit_ahead_ns) and the GPU's turn is free, every launch
 // of the container is admitted for share x period of wall time, whatever its process, stream or
-// thread, so its kernels overlap as they do natively; then it rests until the debt is paid again. A run
-// ends early when the debt passes eight times what a saturating run leaves, (1 - share) x period
-// (plus admit_ahead_ns): the charges of a single long kernel or graph stop it.
+// thread, so its kernels overlap as they do natively; then it rests until the debt is paid
+// again. A run ends early when the debt passes eight times what a saturating run leaves,
+// (1 - share) x period (plus admit_ahead_ns): the charges of a single long kernel or graph stop
+// it.
 int64_t Controller::RunDelayNs(int64_t now, int64_t debt) {
   const int32_t rate = CurrentRatePpm();
   const int64_t end = state_->run_end_ns.load(kRelaxed);
@@ -135,9 +136,9 @@ bool Controller::TakesTurns() const {
   return turn_ != nullptr && options_.take_turns && CurrentRatePpm() < kFullShare;
 }
 
-// The process's name in the turn, drawn at its first claim: per process, not per container,
-// because processes of one container are separate contexts that time-slice just the same.
-// The container's token (ComputeShareState::turn_token), drawn by its first process to need it.
+// The container's name in the turn (ComputeShareState::turn_token), drawn by its first process to
+// need it: its processes never wait for each other (they time-slice as natively, and the busy
+// ring keeps their events from charging each other's slices).
 uint64_t Controller::TurnToken(int64_t now) {
   uint64_t token = token_.load(kRelaxed);
   if (token != 0) return token;

@@ -37,8 +37,9 @@
 //   launch of the container, from any process, stream or thread, is admitted for rate *
 //   period_ns of wall time (a run, ComputeShareState::run_end_ns), then the container rests
 //   until the debt is paid again: it runs share * period and rests the rest of each period, and
-//   during a run its kernels overlap (and its processes time-slice) as they do natively. Gating launch by launch instead (period 0: bursts of admit_ahead_ns) serialises
-//   concurrent streams: each launch's charge holds back the others. Only under a hard limit
+//   during a run its kernels overlap (and its processes time-slice) as they do natively. Gating
+//   launch by launch instead (period 0: bursts of admit_ahead_ns) serialises concurrent
+//   streams: each launch's charge holds back the others. Only under a hard limit
 //   without a soft one (see Running()). The feedback is off: a sensor's average ripples with
 //   the runs, and the budget clock alone is exact for a saturating container.
 //   Modes. Hard: target = hard limit. Soft: target = soft limit, entered once OthersBusy() has
@@ -116,8 +117,8 @@ struct ControllerOptions {
   int64_t turn_recent_ns = 200'000'000;
   int64_t max_turn_wait_ns = 20'000'000;        // a burst waits at most this long for others
   // > 0: runs. Once the debt is paid, every launch of the container (any process, stream or
-  // thread) is admitted for share * period_ns of wall time, then it rests until the debt is paid again:
-  // its kernels overlap as they do natively during a run. Longer periods let the GPU's power
+  // thread) is admitted for share * period_ns of wall time, then it rests until the debt is paid
+  // again: its kernels overlap as they do natively during a run. Longer periods let the GPU's power
   // management see the load as it would natively (a power-capped workload then gains no clock
   // boost from the rests); the price is latency, up to (1 - share) * period per request.
   // Hard limits only: not while yielding, not with a soft limit (those use bursts).
