@@ -132,8 +132,9 @@ struct alignas(16) GpuTurn {
 // is not charged twice. Each slot is a sequence lock: interval i goes to slot i % kBusyRingSlots,
 // whose seq is 2i + 1 while it is written and 2i + 2 once complete. A reader that finds another
 // value skips the slot: at worst an overlap is charged twice (the container then gets less,
-// never more). Scheduling data, not an account: a forged interval only costs the container
-// the time it covers.
+// never more). Only the container's own processes write it, as they write the rest of its
+// compute state: a process that forged an interval would spare its own container charges, as a
+// forged budget clock would; the container's ledger is its own (docs/ledger.md).
 inline constexpr int kBusyRingSlots = 256;
 
 struct BusyRingSlot {
