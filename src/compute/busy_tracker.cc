@@ -131,7 +131,9 @@ void BusyTracker::MarkTailLocked(StreamState& st, int64_t now) {
   bool previous_pending = false;
   if (st.has_last_event && !st.last_event_is_begin) {
     ++stats_.queries;
-    previous_pending = ops_->Query(st.last_event) == EventState::kNotReady;
+    const EventState state = ops_->Query(st.last_event);
+    previous_pending = state == EventState::kNotReady;
+    if (state == EventState::kReady) NoteAllDoneLocked(st);
     if (previous_pending) {
       st.mark_interval = std::min(st.mark_interval * 2, options_.max_mark_interval);
     } else if (!UniformCostLocked(st)) {
@@ -150,7 +152,11 @@ bool BusyTracker::StreamIdleLocked(StreamState& st) {
   ++stats_.queries;
   EventState state = ops_->Query(st.last_event);
   if (state == EventState::kNotReady) return false;
-  if (state == EventState::kError) ++stats_.event_errors;
+  if (state == EventState::kError) {
+    ++stats_.event_errors;
+  } else {
+    NoteAllDoneLocked(st);
+  }
   return true;  // complete (or broken: restart the chain either way)
 }
 
@@ -162,7 +168,15 @@ void BusyTracker::CollapseIntervalIfShallowLocked(StreamState& st) {
   if (tail == 0 || (tail & (tail - 1)) != 0 || st.mark_interval == 1) return;
   if (!st.has_last_event || st.last_event_is_begin || UniformCostLocked(st)) return;
   ++stats_.queries;
-  if (ops_->Query(st.last_event) != EventState::kNotReady) st.mark_interval = 1;
+  const EventState state = ops_->Query(st.last_event);
+  if (state == EventState::kReady) NoteAllDoneLocked(st);
+  if (state != EventState::kNotReady) st.mark_interval = 1;
+}
+
+// The stream's last event was seen complete: so is every event recorded before it on the
+// stream (a stream runs in order), and the poll need not ask about them again.
+void BusyTracker::NoteAllDoneLocked(StreamState& st) {
+  st.pending_known_done = static_cast<int32_t>(st.pending.size());
 }
 
 bool BusyTracker::UniformCostLocked(const StreamState& st) const {
@@ -535,13 +549,19 @@ void BusyTracker::DropPendingLocked(StreamState& st, PollResult* result) {
   ReleaseEventLocked(mark.event);
   st.chain_open = false;
   st.pending.pop_front();
+  st.pending_known_done = 0;  // a broken event: ask about the next ones
 }
 
 PollResult BusyTracker::DrainStreamLocked(StreamState& st) {
   PollResult result;
   while (!st.pending.empty()) {
-    ++stats_.queries;
-    EventState state = ops_->Query(st.pending.front().event);
+    EventState state = EventState::kReady;
+    if (st.pending_known_done > 0) {
+      --st.pending_known_done;  // seen done through a later event: no query
+    } else {
+      ++stats_.queries;
+      state = ops_->Query(st.pending.front().event);
+    }
     if (state == EventState::kNotReady) break;
     if (state == EventState::kError) {
       DropPendingLocked(st, &result);

@@ -226,6 +226,7 @@ class BusyTracker {
     int64_t last_mark_ns = 0;
     int32_t mark_interval = 1;       // K
     int32_t pending_launches = 0;    // launches covered by `pending`
+    int32_t pending_known_done = 0;  // the first this many of `pending` are known complete
     int64_t pending_estimate_ns = 0; // estimates of those launches
     int32_t window = 0;              // unfinished launches allowed (slow start)
     // How fast the stream's queue drains: its intervals' lengths and launches, summed with a
@@ -271,6 +272,7 @@ class BusyTracker {
   void ReadRingLocked();
   double EstimateLocked(const StreamState& st) const;
   bool UniformCostLocked(const StreamState& st) const;
+  void NoteAllDoneLocked(StreamState& st);
 
   GpuEventOps* const ops_;
   const BusyTrackerOptions options_;
