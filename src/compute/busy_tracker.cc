@@ -106,9 +106,14 @@ bool BusyTracker::RecordLocked(StreamState& st, bool begin, bool deep, int64_t n
     ++stats_.event_errors;
     return false;
   }
+  // Everything unfinished on the stream runs before the event: at the rate the queue drains,
+  // the event is not done for a while.
+  const double ahead = static_cast<double>(st.pending_launches + (begin ? 0 : st.tail_launches));
+  const double drain_ns = options_.poll_delay_fraction * ahead * QueuedCostLocked(st);
+  const int64_t due = now + std::llround(std::min(drain_ns, static_cast<double>(options_.max_inflight_work_ns)));
   st.pending.push_back(PendingMark{event, begin ? 0 : st.tail_launches, begin,
                                    !begin && st.gap_unmarked, deep, begin ? 0 : st.tail_estimate_ns,
-                                   now, own_horizon_});
+                                   now, own_horizon_, due});
   st.gap_unmarked = false;
   ++stats_.marks;
   if (begin) ++stats_.begins;
@@ -607,17 +612,26 @@ void BusyTracker::DropPendingLocked(StreamState& st, PollResult* result) {
   st.pending_known_done = 0;  // a broken event: ask about the next ones
 }
 
-PollResult BusyTracker::DrainStreamLocked(StreamState& st) {
+// A stream's marks in order, as far as they are complete. The oldest is asked about only once it
+// may be complete (its due time), or when a launch waits for the stream's queue.
+PollResult BusyTracker::DrainStreamLocked(StreamState& st, int64_t now) {
   PollResult result;
   while (!st.pending.empty()) {
     EventState state = EventState::kReady;
     if (st.pending_known_done > 0) {
       --st.pending_known_done;  // seen done through a later event: no query
+    } else if (now < st.pending.front().due_ns && InflightWaitLocked(st, now) == 0) {
+      break;  // cannot be done yet
     } else {
       ++stats_.queries;
+      ++stats_.poll_queries;
       state = ops_->Query(st.pending.front().event);
     }
-    if (state == EventState::kNotReady) break;
+    if (state == EventState::kNotReady) {
+      PendingMark& front = st.pending.front();
+      front.due_ns = now + std::min((now - front.host_ns) / 8, options_.max_poll_delay_ns);
+      break;
+    }
     if (state == EventState::kError) {
       DropPendingLocked(st, &result);
       continue;
@@ -636,7 +650,7 @@ PollResult BusyTracker::PollLocked(int64_t now) {
   for (size_t i = 0; i < slots_.size(); ++i) {
     StreamState& st = slots_[i];
     if (!st.in_use || st.pending.empty()) continue;
-    result.Add(DrainStreamLocked(st));
+    result.Add(DrainStreamLocked(st, now));
     if (st.retired && st.pending.empty()) FreeSlotLocked(static_cast<int>(i));
   }
   PruneUnionLocked();

@@ -91,6 +91,13 @@ struct BusyTrackerOptions {
   int max_mark_interval = 64;              // K never exceeds this
   int64_t max_mark_age_ns = 2'000'000;     // a tail this old (host time) is marked at the next launch
   int64_t poll_period_ns = 250'000;        // AfterLaunch polls completions at most this often
+  // A poll asks about a mark only once it may be complete: not before poll_delay_fraction of the
+  // time its stream's queue needs to drain the launches ahead of it (at the rate it drains), and,
+  // once found unfinished, not again before an eighth of its age has passed (at most
+  // max_poll_delay_ns). A poll of 16 deep streams otherwise asks about each one's oldest mark
+  // every poll_period_ns.
+  double poll_delay_fraction = 0.5;
+  int64_t max_poll_delay_ns = 2'000'000;
   int64_t tick_flush_age_ns = 200'000;     // Tick() closes tails whose last launch is this old
   int probe_launches = 2;                  // a new stream's window of unfinished launches
   int max_inflight_launches = 1024;        // the window never grows beyond this
@@ -143,6 +150,7 @@ struct TrackerStats {
   int64_t marks = 0;           // marks recorded (including begins)
   int64_t begins = 0;          // of which begins (idle stream detected)
   int64_t queries = 0;
+  int64_t poll_queries = 0;    // of which by polls (the others: around launches and marks)
   int64_t event_errors = 0;
   int64_t queue_waits = 0;     // launches told to wait for their stream's queue (BeforeLaunch > 0)
   int64_t queue_wait_ns = 0;   // ... and the waits handed out
@@ -173,7 +181,8 @@ class BusyTracker {
   // and may poll (results added to *polled).
   int64_t AfterLaunch(const LaunchTicket& ticket, bool launched, int64_t now, PollResult* polled);
 
-  // Processes every completed mark.
+  // Processes the completed marks (asking about each stream's oldest once it may be complete:
+  // PendingMark::due_ns).
   PollResult Poll(int64_t now);
   // Records a mark behind every stream's unmarked launches (before a synchronising call: a point
   // where streams run dry).
@@ -221,6 +230,8 @@ class BusyTracker {
     int64_t estimate_ns;       // estimates charged for those launches
     int64_t host_ns;           // when it was recorded (host clock)
     int64_t horizon;           // union horizon when it was recorded (pruning bound)
+    int64_t due_ns;            // polls do not ask about it before, unless a launch waits for the
+                               // stream's queue (poll_delay_fraction)
   };
   // The longest launch span (or refill delay) and the streams that had measured launches, per
   // span window: the current window and the one before.
@@ -278,7 +289,7 @@ class BusyTracker {
   bool AcquireEventLocked(EventId* event);
   void ReleaseEventLocked(EventId event);
   bool AbsoluteTimeLocked(EventId event, int64_t* time);
-  PollResult DrainStreamLocked(StreamState& st);
+  PollResult DrainStreamLocked(StreamState& st, int64_t now);
   PollResult ProcessMarkLocked(StreamState& st, const PendingMark& mark);
   // busy_ns: what the interval added to the union; span_ns: its own length (>= 0).
   void LearnLocked(StreamState& st, const PendingMark& mark, int64_t busy_ns, int64_t span_ns);

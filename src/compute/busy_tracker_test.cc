@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <set>
+#include <utility>
 
 #include "compute/sim_model.h"
 
@@ -197,6 +198,49 @@ TEST(BusyTrackerTest, LaunchSpanIsTheLongestLaunchOfConcurrentStreams) {
   // Remembered for one to two windows, then forgotten.
   EXPECT_EQ(rig.tracker.LaunchSpanNs(rig.now + window + kMs), 5 * kMs);
   EXPECT_EQ(rig.tracker.LaunchSpanNs(rig.now + 2 * window + kMs), 0);
+}
+
+// A stream with 10 ms of kernels queued: polls every 100 us do not ask about its marks before
+// they may be complete (half the queue's drain time ahead of them), then at most every eighth of
+// their age; every mark is still measured, and within 2 ms of its completion.
+// Polls every 100 us of a queue of 10 ms of kernels, with and without due times: the queries
+// they make, and when the last mark is measured. Returns {queries, delay after completion}.
+std::pair<int64_t, int64_t> PollAQueue(const BusyTrackerOptions& options) {
+  Rig rig(options);
+  for (int i = 0; i < 30; ++i) {  // learn the stream's drain rate (and grow its window)
+    EXPECT_TRUE(rig.Launch(rig.s0, 1 * kMs));
+    rig.Advance(1 * kMs);
+    rig.Measured();
+  }
+  rig.Advance(10 * kMs);
+  const int64_t busy_before = rig.Measured();
+  const int64_t polls_before = rig.tracker.stats().poll_queries;
+  const int64_t start = rig.now;
+  for (int i = 0; i < 10; ++i) EXPECT_TRUE(rig.Launch(rig.s0, 1 * kMs));
+  rig.tracker.Flush(rig.now);
+  int64_t measured_at = 0;
+  for (int i = 0; i < 200 && measured_at == 0; ++i) {  // 20 ms of polls
+    rig.Advance(100 * kUs);
+    if (rig.Measured() - busy_before == 10 * kMs) measured_at = rig.now;
+  }
+  EXPECT_GT(measured_at, 0);
+  EXPECT_EQ(rig.Measured(), rig.Truth());
+  return {rig.tracker.stats().poll_queries - polls_before, measured_at - (start + 10 * kMs)};
+}
+
+// A mark is asked about once it may be complete (half the drain time of the launches ahead of
+// it), then at most every eighth of its age: every mark is still measured, within 2 ms of its
+// completion, for a fraction of the queries.
+TEST(BusyTrackerTest, PollsAskAboutAMarkOnlyOnceItMayBeComplete) {
+  BusyTrackerOptions every_poll = ExactOptions();
+  every_poll.poll_delay_fraction = 0;
+  every_poll.max_poll_delay_ns = 0;
+  const auto [queries_every_poll, delay_every_poll] = PollAQueue(every_poll);
+  const auto [queries, delay] = PollAQueue(ExactOptions());
+  EXPECT_LE(delay_every_poll, 100 * kUs);
+  EXPECT_LE(delay, 2 * kMs);
+  EXPECT_GE(queries_every_poll, 80);
+  EXPECT_LE(queries, queries_every_poll / 3);
 }
 
 // After a rest, the mean delay until each stream that had unfinished work is launched again,
