@@ -18,7 +18,8 @@
 #   oversub    memory oversubscription (~0.5 min)
 #   overhead   launch and alloc/free cost, library against native (~2 min)
 #   compute    compute-limit accuracy, spin kernels and PyTorch training (bench/compute_accuracy.py,
-#              ~4 min; --quick ~2 min)
+#              ~4 min; --quick ~2 min); the period stretched for a thread that refills 16 streams
+#              (~10 s)
 #   matrix     the compute limit's concurrency matrix: streams, host threads, processes, graphs,
 #              cuBLAS, training, serving when bench/serving/serve.py exists, co-located 30+60 and
 #              3 x 30 (bench/compute_matrix.py, ~10 min with serving: more than one device call;
@@ -237,6 +238,28 @@ PY
 )
   else
     row "compute-limit accuracy" FAIL "no results (exit $rc); see $DETAIL/compute"
+  fi
+  # Slow refills stretch the period (docs/compute.md, Runs): one thread refilling 16 streams of
+  # 50 us kernels runs in periods of 150-200 ms at a limit of 60; one stream keeps the configured
+  # 50 ms. Read from the limiter's summary at exit (LIBCUDA_LOG_LEVEL=4).
+  if nvcc -O2 -arch=sm_90 -o "$G/concurrency" "$ROOT/bench/compute/concurrency.cu" >>"$LOG" 2>&1; then
+    for streams in 16 1; do
+      out="$DETAIL/compute/period-$streams.txt"
+      env LD_PRELOAD="$LIB" CUDA_DEVICE_SM_LIMIT=60 CUDA_DEVICE_MEMORY_SHARED_CACHE="$DETAIL/compute/period-$streams.ledger" \
+        LIBCUDA_LOG_LEVEL=4 "$G/concurrency" run --streams "$streams" --kernel-us 50 --warmup 0.5 --seconds 2 >"$out" 2>&1
+      rc=$?
+      got=$(sed -n 's/.*compute device 0: .*period \([0-9.]*\) ms, refill \([0-9.]*\) ms.*/\1 \2/p' "$out" | tail -1)
+      period=${got% *} refill=${got#* }
+      if [ $rc -ne 0 ] || [ -z "$got" ]; then
+        row "compute period, $streams x 50 us streams from one thread, limit 60" FAIL "exit $rc, no summary; see $out"
+      elif { [ "$streams" = 16 ] && le 150 "$period" && le "$period" 200; } || { [ "$streams" = 1 ] && le "$period" 50; }; then
+        row "compute period, $streams x 50 us streams from one thread, limit 60" PASS "period $period ms, refill $refill ms"
+      else
+        row "compute period, $streams x 50 us streams from one thread, limit 60" FAIL "period $period ms, refill $refill ms"
+      fi
+    done
+  else
+    row "compute period: bench/compute/concurrency.cu" FAIL "nvcc failed; see $LOG"
   fi
 fi
 
