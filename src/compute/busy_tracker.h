@@ -92,10 +92,10 @@ struct BusyTrackerOptions {
   int64_t max_mark_age_ns = 2'000'000;     // a tail this old (host time) is marked at the next launch
   int64_t poll_period_ns = 250'000;        // AfterLaunch polls completions at most this often
   // A poll asks about a mark only once it may be complete: not before poll_delay_fraction of the
-  // time its stream's queue needs to drain the launches ahead of it (at the rate it drains), and,
-  // once found unfinished, not again before an eighth of its age has passed (at most
-  // max_poll_delay_ns). A poll of 16 deep streams otherwise asks about each one's oldest mark
-  // every poll_period_ns.
+  // time its stream's queue needs to drain the launches ahead of it (at the rate it drains; at
+  // most max_inflight_work_ns), and, once found unfinished, not again before an eighth of its age
+  // has passed (at most max_poll_delay_ns); at once while a launch waits for the stream's queue.
+  // A poll of 16 deep streams otherwise asks about each one's oldest mark every poll_period_ns.
   double poll_delay_fraction = 0.5;
   int64_t max_poll_delay_ns = 2'000'000;
   int64_t tick_flush_age_ns = 200'000;     // Tick() closes tails whose last launch is this old

@@ -138,8 +138,9 @@ struct ControllerOptions {
   // the mean delay of the interrupted streams) runs below its concurrency for about that delay
   // at a run's start, and as long at its end, where the streams it refilled last drain last: the
   // run is at least refills_per_run such delays, so that the two cost it about 1%. On the
-  // simulated GPU, one thread refilling 16 streams of 50 us kernels (a mean delay of ~4 ms) got
-  // 26 and 55% of its throughput at 30 and 60 with 50 ms periods. Same bounds as above.
+  // simulated GPU, one thread refilling 16 streams of 50 us kernels (a mean delay of 2-3 ms) got
+  // 26.4 and 55.7% of its throughput at 30 and 60 with 50 ms periods, 28.4 and 57.4 with 200 ms.
+  // Same bounds as above.
   int64_t refills_per_run = 200;
   int64_t max_period_ns = 200'000'000;
 };
