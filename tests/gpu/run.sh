@@ -250,12 +250,13 @@ PY
       rc=$?
       got=$(sed -n 's/.*compute device 0: .*period \([0-9.]*\) ms, refill \([0-9.]*\) ms.*/\1 \2/p' "$out" | tail -1)
       period=${got% *} refill=${got#* }
+      name="compute period, $streams x 50 us streams from one thread, limit 60"
       if [ $rc -ne 0 ] || [ -z "$got" ]; then
-        row "compute period, $streams x 50 us streams from one thread, limit 60" FAIL "exit $rc, no summary; see $out"
+        row "$name" FAIL "exit $rc, no summary; see $out"
       elif { [ "$streams" = 16 ] && le 150 "$period" && le "$period" 200; } || { [ "$streams" = 1 ] && le "$period" 50; }; then
-        row "compute period, $streams x 50 us streams from one thread, limit 60" PASS "period $period ms, refill $refill ms"
+        row "$name" PASS "period $period ms, refill $refill ms"
       else
-        row "compute period, $streams x 50 us streams from one thread, limit 60" FAIL "period $period ms, refill $refill ms"
+        row "$name" FAIL "period $period ms, refill $refill ms"
       fi
     done
   else
