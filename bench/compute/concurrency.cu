@@ -7,7 +7,7 @@
 //
 //   concurrency run --kernel-us K [--streams S] [--threads T] [--blocks-per-sm F]
 //                   [--graph-branches B --graph-depth L] [--warmup W] [--seconds D]
-//                   [--barrier DIR NAME] [--clock-spin]
+//                   [--barrier DIR NAME] [--clock-spin] [--host-ns N]
 //     --kernel-us      run time of one kernel alone at the maximum SM clock (WorkKernel: a
 //                      chain of dependent loads, sized by IterationsPerUs); it needs that much
 //                      GPU time whoever else runs, so kernels/s is work done also when contexts
@@ -23,6 +23,8 @@
 //                      parallel branches are chains of L kernels (one stream, one thread)
 //     --barrier DIR NAME: after the warm-up create DIR/ready.NAME and keep warming up until DIR/go
 //                      exists (it holds a CLOCK_MONOTONIC start time, seconds) and that time came
+//     --host-ns N      the host thread spins N ns after each kernel launch (what a launcher that
+//                      is N ns slower per launch, e.g. through an interposer, loses natively)
 //   Prints one JSON line: kernels, seconds, rate (kernels/s), kernel_us, concurrency
 //   (rate x kernel time: kernels running at once on average), kernel ("work" or "clock-spin"),
 //   per_kernel (its iterations or cycles), t_start, t_end.
@@ -55,12 +57,14 @@ struct Options {
   double seconds = 3.0;
   std::string barrier_dir, barrier_name;
   bool clock_spin = false;
+  long long host_ns = 0;
 };
 
 struct Shared {
   long long cycles = 0;      // --clock-spin: clock64() cycles per kernel
   long long iterations = 0;  // otherwise: WorkKernel iterations per kernel
   bool clock_spin = false;
+  long long host_ns = 0;     // --host-ns: spin this long after each launch
   int grid = 0;
   unsigned long long* sink = nullptr;
   std::atomic<int> phase{0};         // 0 warm-up, 1 measuring, 2 stop
@@ -85,6 +89,11 @@ void LaunchKernel(const Shared& sh, cudaStream_t stream) {
     WorkKernel<<<sh.grid, 256, 0, stream>>>(sh.iterations, 0, sh.sink, nullptr);
   }
   CHECK(cudaGetLastError());
+  if (sh.host_ns > 0) {
+    const double until = Monotonic() + sh.host_ns * 1e-9;
+    while (Monotonic() < until) {
+    }
+  }
 }
 
 void LaunchBatch(Shared& sh, Lane& lane, long long seq) {
@@ -186,6 +195,7 @@ bool ParseArgs(int argc, char** argv, Options* o) {
     else if (a == "--warmup") o->warmup_s = atof(next("--warmup"));
     else if (a == "--seconds") o->seconds = atof(next("--seconds"));
     else if (a == "--clock-spin") o->clock_spin = true;
+    else if (a == "--host-ns") o->host_ns = atoll(next("--host-ns"));
     else if (a == "--barrier") {
       o->barrier_dir = next("--barrier");
       o->barrier_name = next("--barrier");
@@ -195,7 +205,7 @@ bool ParseArgs(int argc, char** argv, Options* o) {
     }
   }
   if (!(o->kernel_us > 0) || o->streams < 1 || o->threads < 1 || o->streams % o->threads != 0 ||
-      o->blocks_per_sm < 1 || o->graph_branches < 0 || o->graph_depth < 1 || o->seconds <= 0 || o->warmup_s < 0) {
+      o->blocks_per_sm < 1 || o->graph_branches < 0 || o->graph_depth < 1 || o->seconds <= 0 || o->warmup_s < 0 || o->host_ns < 0) {
     fprintf(stderr, "concurrency: bad arguments (kernel-us > 0, streams a multiple of threads, ...)\n");
     return false;
   }
@@ -233,7 +243,8 @@ double WaitForStart(const Options& o, double warm_end) {
 int main(int argc, char** argv) {
   if (argc < 2 || strcmp(argv[1], "run") != 0) {
     fprintf(stderr, "usage: concurrency run --kernel-us K [--streams S] [--threads T] [--blocks-per-sm F] "
-                    "[--graph-branches B --graph-depth L] [--warmup W] [--seconds D] [--barrier DIR NAME] [--clock-spin]\n");
+                    "[--graph-branches B --graph-depth L] [--warmup W] [--seconds D] [--barrier DIR NAME] [--clock-spin] "
+                    "[--host-ns N]\n");
     return 2;
   }
   Options o;
@@ -244,6 +255,7 @@ int main(int argc, char** argv) {
   sh.grid = probe.grid * o.blocks_per_sm;
   sh.sink = probe.sink;
   sh.clock_spin = o.clock_spin;
+  sh.host_ns = o.host_ns;
   if (o.clock_spin) {
     sh.cycles = static_cast<long long>(CyclesPerUs(probe) * o.kernel_us);
   } else {
