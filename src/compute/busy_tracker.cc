@@ -241,7 +241,6 @@ int64_t BusyTracker::BeforeLaunch(StreamKey stream, int64_t now, LaunchTicket* t
       st.gap_unmarked = true;  // the next interval would include the idle gap: do not measure it
     }
   }
-  NoteRefillLocked(st, now);
   ticket->slot = slot;
   ticket->generation = st.generation;
   return 0;
@@ -274,42 +273,9 @@ int64_t BusyTracker::AfterLaunch(const LaunchTicket& ticket, bool launched, int6
 
 void BusyTracker::Flush(int64_t now) {
   std::lock_guard<std::mutex> lock(mu_);
-  FlushLocked(now);
-}
-
-void BusyTracker::FlushLocked(int64_t now) {
   for (StreamState& st : slots_) {
     if (st.in_use && !st.retired) MarkTailLocked(st, now);
   }
-}
-
-// The run that ends here is done with its refill delays: their mean is noted. The streams with
-// launches still unfinished are interrupted; their first launches after the rest measure the
-// next run's.
-void BusyTracker::BeginRest(int64_t now) {
-  std::lock_guard<std::mutex> lock(mu_);
-  FlushLocked(now);
-  if (resting_) return;  // a rest of several sleeps
-  resting_ = true;
-  if (refill_streams_ > 0) NoteWindowedLocked(&refill_now_, &refill_before_, refill_sum_ns_ / refill_streams_, now);
-  refill_sum_ns_ = 0;
-  refill_streams_ = 0;
-  for (StreamState& st : slots_) {
-    st.interrupted = st.in_use && !st.retired && st.pending_launches + st.tail_launches > 0;
-  }
-}
-
-// An admitted launch: the first after a rest starts the run; the first on an interrupted stream
-// measures its refill delay.
-void BusyTracker::NoteRefillLocked(StreamState& st, int64_t now) {
-  if (resting_) {
-    resting_ = false;
-    run_start_ns_ = now;
-  }
-  if (!st.interrupted) return;
-  st.interrupted = false;
-  refill_sum_ns_ += now - run_start_ns_;
-  ++refill_streams_;
 }
 
 PollResult BusyTracker::Tick(int64_t now) {
@@ -359,9 +325,6 @@ void BusyTracker::Reset(bool destroy_events) {
   index_.clear();
   union_ = IntervalUnion(512);
   own_horizon_ = std::numeric_limits<int64_t>::min();
-  resting_ = false;
-  refill_sum_ns_ = 0;
-  refill_streams_ = 0;
   has_offset_ = false;
   has_anchor_ = false;
   events_exhausted_ = false;
@@ -554,28 +517,12 @@ void BusyTracker::ReadRingLocked() {
   }
 }
 
-// A value into the current window of a pair, which moves on once it is span_window_ns old.
-void BusyTracker::NoteWindowedLocked(SpanWindow* current, SpanWindow* before, int64_t value, int64_t now) {
-  if (now - current->start_ns >= options_.span_window_ns) {
-    *before = now - current->start_ns < 2 * options_.span_window_ns ? *current : SpanWindow{};
-    *current = SpanWindow{now, 0, 0};
-  }
-  current->longest_ns = std::max(current->longest_ns, value);
-}
-
-// What a pair of windows remembers at `now`: the current one, and the one before while the
-// current one is younger than a window; nothing once the current one is two windows old.
-BusyTracker::SpanWindow BusyTracker::RecentLocked(const SpanWindow& current, const SpanWindow& before,
-                                                  int64_t now) const {
-  const int64_t age = now - current.start_ns;
-  if (age >= 2 * options_.span_window_ns) return SpanWindow{};  // nothing measured lately
-  if (age >= options_.span_window_ns) return current;
-  return SpanWindow{current.start_ns, std::max(current.longest_ns, before.longest_ns),
-                    std::max(current.streams, before.streams)};
-}
-
 void BusyTracker::NoteSpanLocked(StreamState& st, int64_t span_ns, int64_t now) {
-  NoteWindowedLocked(&span_now_, &span_before_, span_ns, now);
+  if (now - span_now_.start_ns >= options_.span_window_ns) {
+    span_before_ = now - span_now_.start_ns < 2 * options_.span_window_ns ? span_now_ : SpanWindow{};
+    span_now_ = SpanWindow{now, 0, 0};
+  }
+  span_now_.longest_ns = std::max(span_now_.longest_ns, span_ns);
   if (st.span_window_start_ns != span_now_.start_ns) {
     st.span_window_start_ns = span_now_.start_ns;
     ++span_now_.streams;
@@ -584,13 +531,11 @@ void BusyTracker::NoteSpanLocked(StreamState& st, int64_t span_ns, int64_t now) 
 
 int64_t BusyTracker::LaunchSpanNs(int64_t now) const {
   std::lock_guard<std::mutex> lock(mu_);
-  const SpanWindow recent = RecentLocked(span_now_, span_before_, now);
-  return recent.streams >= 2 ? recent.longest_ns : 0;
-}
-
-int64_t BusyTracker::RefillNs(int64_t now) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return RecentLocked(refill_now_, refill_before_, now).longest_ns;
+  const int64_t age = now - span_now_.start_ns;
+  if (age >= 2 * options_.span_window_ns) return 0;  // nothing measured lately
+  const SpanWindow before = age < options_.span_window_ns ? span_before_ : SpanWindow{};
+  if (std::max(span_now_.streams, before.streams) < 2) return 0;
+  return std::max(span_now_.longest_ns, before.longest_ns);
 }
 
 // A broken event: the interval it closes cannot be measured; its estimate stands.

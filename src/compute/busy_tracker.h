@@ -14,9 +14,9 @@
 //     every begin (the queue is empty), doubles while the previous mark is still pending when
 //     the next is recorded (the queue held the whole tail, so no gap can hide in it), halves
 //     otherwise, and drops to 1 as soon as the last mark is seen complete while a tail grows
-//     (checked at tail lengths 1, 2, 4, ...). Flush() closes every tail; the hooks call it
-//     before a synchronisation and the limiter (as BeginRest) before a throttle sleep, which are
-//     exactly when streams run dry.
+//     (checked at tail lengths 1, 2, 4, ...). Flush() closes every tail; the limiter calls it
+//     before a throttle sleep and the hooks before a synchronisation, which are exactly when
+//     streams run dry.
 //   - Concurrency. Busy time is the union over the process's streams on the device, not the sum:
 //     mark timestamps are put on one time base (ElapsedMs against an anchor event, re-based every
 //     rebase_after_ns so float ms keep sub-microsecond precision) and merged in an IntervalUnion.
@@ -44,12 +44,6 @@
 // at a conservative cost per launch (the larger of the estimate and a decaying maximum). This
 // keeps a first burst of mis-estimated launches, or a drop of the share (priority), from
 // finding seconds of work queued.
-//
-// Refill delays. The limiter tells the tracker when the process starts resting (BeginRest); the
-//   streams with unfinished work then are interrupted, and the delay from the run's first launch
-//   to each one's first launch after the rest is measured (RefillNs: the mean per run). A thread
-//   that refills many streams one after another starts each run at less than its concurrency for
-//   about that long; the Controller makes runs long enough for that to cost little.
 //
 // Processes of one container. Their contexts time-slice while both have work queued, so each one's
 //   intervals also cover the other's slices. With a BusyRing (one per container and GPU, shared
@@ -184,13 +178,9 @@ class BusyTracker {
   // Processes the completed marks (asking about each stream's oldest once it may be complete:
   // PendingMark::due_ns).
   PollResult Poll(int64_t now);
-  // Records a mark behind every stream's unmarked launches (before a synchronising call: a point
-  // where streams run dry).
+  // Records a mark behind every stream's unmarked launches (before a throttle sleep, before a
+  // synchronising call: the points where streams run dry).
   void Flush(int64_t now);
-  // The process is about to rest (the limiter holds every launch back until its budget is paid):
-  // Flush, and the streams with unfinished work are interrupted. How long after the rest each
-  // of them is launched again is its refill delay (RefillNs).
-  void BeginRest(int64_t now);
   // Periodic housekeeping from a background thread (optional): polls, and closes tails whose last
   // launch is older than tick_flush_age_ns. Returns what the poll found.
   PollResult Tick(int64_t now);
@@ -211,14 +201,6 @@ class BusyTracker {
   // process whose concurrent streams run long launches needs longer runs (Controller).
   int64_t LaunchSpanNs(int64_t now) const;
 
-  // How long after a rest the process takes to launch again on the streams the rest interrupted,
-  // on average over those streams: the largest such mean of a run in the last one to two span
-  // windows; 0 when none was measured. A launcher that refills many streams one after another
-  // starts every run at less than its concurrency for about that long, and its streams drain
-  // unevenly at the run's end as well: the Controller lengthens the period so that this costs a
-  // run little.
-  int64_t RefillNs(int64_t now) const;
-
  private:
   struct PendingMark {
     EventId event;
@@ -233,8 +215,8 @@ class BusyTracker {
     int64_t due_ns;            // polls do not ask about it before, unless a launch waits for the
                                // stream's queue (poll_delay_fraction)
   };
-  // The longest launch span (or refill delay) and the streams that had measured launches, per
-  // span window: the current window and the one before.
+  // The longest launch span and the streams that had measured launches, per span window: the
+  // current window and the one before.
   struct SpanWindow {
     int64_t start_ns = 0;
     int64_t longest_ns = 0;
@@ -275,8 +257,6 @@ class BusyTracker {
     double deep_max_ns = 0;
     int32_t deep_samples = 0;
     int64_t span_window_start_ns = -1;  // the span window this stream was last counted in
-    bool interrupted = false;        // had unfinished work when the last rest began, and has not
-                                     // been launched since
   };
 
   int FindOrCreateLocked(StreamKey stream);
@@ -285,7 +265,6 @@ class BusyTracker {
   void CollapseIntervalIfShallowLocked(StreamState& st);
   bool RecordLocked(StreamState& st, bool begin, bool deep, int64_t now);
   void MarkTailLocked(StreamState& st, int64_t now);
-  void FlushLocked(int64_t now);
   bool AcquireEventLocked(EventId* event);
   void ReleaseEventLocked(EventId event);
   bool AbsoluteTimeLocked(EventId event, int64_t* time);
@@ -299,9 +278,6 @@ class BusyTracker {
   void PruneUnionLocked();
   void FreeSlotLocked(int slot);
   void NoteSpanLocked(StreamState& st, int64_t span_ns, int64_t now);
-  void NoteRefillLocked(StreamState& st, int64_t now);
-  void NoteWindowedLocked(SpanWindow* current, SpanWindow* before, int64_t value, int64_t now);
-  SpanWindow RecentLocked(const SpanWindow& current, const SpanWindow& before, int64_t now) const;
   void NoteOffsetLocked(int64_t host_ns, int64_t seen_ns, int64_t time);
   int64_t AddOwnLocked(int64_t begin, int64_t end);
   void ReadRingLocked();
@@ -329,15 +305,6 @@ class BusyTracker {
   TrackerStats stats_;                             // guarded by mu_
   SpanWindow span_now_;                            // guarded by mu_
   SpanWindow span_before_;                         // guarded by mu_
-  // Refill delays (RefillNs): whether the process rests (BeginRest until its next admitted
-  // launch), when its current run started, the delays of the interrupted streams relaunched in
-  // it so far, and the largest mean per run over the span windows (longest_ns).
-  bool resting_ = false;                           // guarded by mu_
-  int64_t run_start_ns_ = 0;                       // guarded by mu_
-  int64_t refill_sum_ns_ = 0;                      // guarded by mu_
-  int32_t refill_streams_ = 0;                     // guarded by mu_
-  SpanWindow refill_now_;                          // guarded by mu_
-  SpanWindow refill_before_;                       // guarded by mu_
   // The end of this process's latest interval in the union (others' may end later): the bound
   // for pruning and for a begin's horizon.
   int64_t own_horizon_ = std::numeric_limits<int64_t>::min();  // guarded by mu_

@@ -243,59 +243,6 @@ TEST(BusyTrackerTest, PollsAskAboutAMarkOnlyOnceItMayBeComplete) {
   EXPECT_LE(queries, queries_every_poll / 3);
 }
 
-// After a rest, the mean delay until each stream that had unfinished work is launched again,
-// counted from the run's first launch; streams that were idle when the rest began do not count.
-TEST(BusyTrackerTest, RefillIsTheMeanDelayOfTheInterruptedStreams) {
-  Rig rig;
-  const int64_t window = BusyTrackerOptions().span_window_ns;
-  rig.Advance(10 * window);
-  ASSERT_TRUE(rig.Launch(rig.s0, 5 * kMs));
-  ASSERT_TRUE(rig.Launch(rig.s1, 5 * kMs));
-  rig.Measured();
-  rig.tracker.BeginRest(rig.now);  // both interrupted
-  rig.Advance(10 * kMs);
-  rig.tracker.BeginRest(rig.now);  // the same rest, a second sleep
-  rig.Advance(10 * kMs);
-  ASSERT_TRUE(rig.Launch(rig.s0, 1 * kMs));  // the run starts
-  rig.Advance(2 * kMs);
-  ASSERT_TRUE(rig.Launch(rig.s1, 1 * kMs));  // 2 ms later
-  ASSERT_TRUE(rig.Launch(rig.s1, 1 * kMs));
-  EXPECT_EQ(rig.tracker.RefillNs(rig.now), 0);  // known once the run ends
-  rig.Advance(20 * kMs);
-  rig.Measured();
-  rig.tracker.BeginRest(rig.now);  // nothing unfinished: no stream interrupted
-  EXPECT_EQ(rig.tracker.RefillNs(rig.now), 1 * kMs);
-  rig.Advance(10 * kMs);
-  ASSERT_TRUE(rig.Launch(rig.s0, 1 * kMs));
-  rig.Advance(3 * kMs);
-  ASSERT_TRUE(rig.Launch(rig.s1, 1 * kMs));
-  ASSERT_TRUE(rig.Launch(rig.s0, 8 * kMs));
-  rig.Measured();
-  rig.tracker.BeginRest(rig.now);  // that run measured nothing; now s0 and s1 are interrupted
-  rig.Advance(10 * kMs);
-  ASSERT_TRUE(rig.Launch(rig.s1, 1 * kMs));  // ran dry meanwhile, but interrupted all the same
-  rig.Advance(6 * kMs);
-  ASSERT_TRUE(rig.Launch(rig.s0, 1 * kMs));
-  rig.tracker.BeginRest(rig.now);
-  EXPECT_EQ(rig.tracker.RefillNs(rig.now), 3 * kMs);  // the largest mean of the window
-  // Remembered for one to two windows, then forgotten.
-  EXPECT_EQ(rig.tracker.RefillNs(rig.now + window + kMs), 3 * kMs);
-  EXPECT_EQ(rig.tracker.RefillNs(rig.now + 2 * window + kMs), 0);
-}
-
-// One stream relaunched by the thread that rested: no refill delay.
-TEST(BusyTrackerTest, OneStreamRelaunchedAtOnceHasNoRefillDelay) {
-  Rig rig;
-  rig.Advance(10 * BusyTrackerOptions().span_window_ns);
-  for (int run = 0; run < 3; ++run) {
-    ASSERT_TRUE(rig.Launch(rig.s0, 5 * kMs));
-    rig.Measured();
-    rig.tracker.BeginRest(rig.now);
-    rig.Advance(10 * kMs);
-  }
-  EXPECT_EQ(rig.tracker.RefillNs(rig.now), 0);
-}
-
 TEST(BusyTrackerTest, LongIntervalOnOneStreamFillsGapsOfAnother) {
   Rig rig;
   ASSERT_TRUE(rig.Launch(rig.s0, 10 * kMs));  // one long kernel

@@ -113,22 +113,14 @@ int64_t Controller::RunDelayNs(int64_t now, int64_t debt) {
 
 void Controller::SetLaunchSpan(int64_t span_ns) { launch_span_ns_.store(std::max<int64_t>(span_ns, 0), kRelaxed); }
 
-void Controller::SetRefill(int64_t refill_ns) { refill_ns_.store(std::max<int64_t>(refill_ns, 0), kRelaxed); }
-
 int64_t Controller::PeriodNs(int64_t now) const {
   const int64_t span = launch_span_ns_.load(kRelaxed);
-  const int64_t refill = refill_ns_.load(kRelaxed);
-  if (options_.period_ns <= 0 || (span <= 0 && refill <= 0)) return options_.period_ns;
+  if (options_.period_ns <= 0 || span <= 0 || options_.spans_per_period <= 0) return options_.period_ns;
   // Beside other limited containers the runs take turns with theirs: periods of different lengths
   // would let the longer ones hold the GPU longer (3 x 30 on the H200: 23.2 / 26.9 / 45.4).
   if (SharingGpu(now)) return options_.period_ns;
   const int64_t cap = std::max(options_.period_ns, options_.max_period_ns);
-  // n x `unit`, or the cap when that is longer (no overflow).
-  auto times = [cap](int64_t unit, int64_t n) { return n <= 0 || unit <= 0 ? 0 : unit > cap / n ? cap : unit * n; };
-  int64_t wanted = times(span, options_.spans_per_period);
-  // The run (rate x period) is at least refills_per_run refill delays.
-  const int64_t run = times(refill, options_.refills_per_run);
-  wanted = std::max(wanted, run * kFullShare / std::max(CurrentRatePpm(), 1));
+  const int64_t wanted = span > cap / options_.spans_per_period ? cap : span * options_.spans_per_period;
   return std::clamp(wanted, options_.period_ns, cap);
 }
 

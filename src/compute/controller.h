@@ -134,14 +134,6 @@ struct ControllerOptions {
   // At most 200 ms: a longer period makes each second's share swing by a run's length, and
   // beside neighbours that it does not see taking turns a longer run holds the GPU longer.
   int64_t spans_per_period = 40;
-  // A launcher that refills its streams one after another after each rest (BusyTracker::RefillNs:
-  // the mean delay of the interrupted streams) runs below its concurrency for about that delay
-  // at a run's start, and as long at its end, where the streams it refilled last drain last: the
-  // run is at least refills_per_run such delays, so that the two cost it about 1%. On the
-  // simulated GPU, one thread refilling 16 streams of 50 us kernels (a mean delay of 2-3 ms) got
-  // 26.4 and 55.7% of its throughput at 30 and 60 with 50 ms periods, 28.4 and 57.4 with 200 ms.
-  // Same bounds as above.
-  int64_t refills_per_run = 200;
   int64_t max_period_ns = 200'000'000;
 };
 
@@ -184,11 +176,8 @@ class Controller {
   // The longest launch span of the process's concurrent streams (BusyTracker::LaunchSpanNs; 0:
   // none, or one stream): runs lengthen the period to spans_per_period of them.
   void SetLaunchSpan(int64_t span_ns);
-  // The mean refill delay of the process's streams after a rest (BusyTracker::RefillNs; 0: none):
-  // runs lengthen to refills_per_run of them.
-  void SetRefill(int64_t refill_ns);
-  // The period runs use now: period_ns, or longer for long concurrent launches or slow refills,
-  // while no other process took a turn on the GPU within turn_recent_ns.
+  // The period runs use now: period_ns, or longer for long concurrent launches while no other
+  // process took a turn on the GPU within turn_recent_ns.
   int64_t PeriodNs(int64_t now) const;
   // Marks the container active on this GPU for the priority board (rate-limited).
   void NoteActivity(int64_t now);
@@ -235,7 +224,6 @@ class Controller {
   std::atomic<int64_t> turn_wait_since_{0};  // start of the current wait for others, 0 = none
   std::atomic<int64_t> claimed_until_{0};  // this process's claim, ahead of the published one
   std::atomic<int64_t> launch_span_ns_{0};  // SetLaunchSpan
-  std::atomic<int64_t> refill_ns_{0};       // SetRefill
 };
 
 }  // namespace vgpu::compute

@@ -426,36 +426,6 @@ TEST(ControllerSliceTest, LongConcurrentLaunchesStretchThePeriod) {
   EXPECT_EQ(bursts.PeriodNs(kStart), 0);  // no runs, no period to stretch
 }
 
-// The run is at least refills_per_run (200) mean refill delays: the period grows as the share
-// falls.
-TEST(ControllerSliceTest, SlowRefillsStretchThePeriod) {
-  ComputeShareState state{};
-  Controller c(&state, nullptr, nullptr, ControllerOptions(), Limits(30));  // 50 ms
-  c.SetRefill(50 * kUs);  // a run of 10 ms would do: the period stays
-  EXPECT_EQ(c.PeriodNs(kStart), 50 * kMs);
-  c.SetRefill(100 * kUs);  // runs of 20 ms at 30%
-  EXPECT_EQ(c.PeriodNs(kStart), 20 * kMs * 100 / 30);
-  c.SetRefill(4 * kMs);
-  EXPECT_EQ(c.PeriodNs(kStart), 200 * kMs);  // at most max_period_ns
-  SliceTrace trace = RunSaturating(c, 2 * kSec, 12 * kSec);
-  ASSERT_GE(trace.runs.size(), 5u);
-  for (int64_t run : trace.runs) EXPECT_NEAR(run, 60 * kMs, 1 * kMs);
-  EXPECT_NEAR(trace.share, 0.30, 0.005);
-  c.SetLaunchSpan(2 * kMs);  // 40 spans = 80 ms; the refill wants more
-  c.SetRefill(150 * kUs);    // runs of 30 ms: 100 ms
-  EXPECT_EQ(c.PeriodNs(kStart), 100 * kMs);
-  c.SetRefill(0);
-  EXPECT_EQ(c.PeriodNs(kStart), 80 * kMs);
-  ComputeShareState ninety_state{};
-  Controller ninety(&ninety_state, nullptr, nullptr, ControllerOptions(), Limits(90));
-  ninety.SetRefill(150 * kUs);  // runs of 30 ms at 90%: the period stays
-  EXPECT_EQ(ninety.PeriodNs(kStart), 50 * kMs);
-  ComputeShareState bursts_state{};
-  Controller bursts(&bursts_state, nullptr, nullptr, Bursts(), Limits(30));
-  bursts.SetRefill(4 * kMs);
-  EXPECT_EQ(bursts.PeriodNs(kStart), 0);  // no runs, no period to stretch
-}
-
 TEST(ControllerSliceTest, ARunAdmitsEveryLaunchUntilItsEndWhateverTheirCharges) {
   ComputeShareState state{};
   Controller c(&state, nullptr, nullptr, ControllerOptions(), Limits(30));  // 50 ms: runs of 15 ms
@@ -608,9 +578,6 @@ TEST(ControllerTurnTest, BesideOthersTakingTurnsThePeriodIsNotStretched) {
   p.b.AdmitDelayNs(kStart);          // ... which b sees at its next admission
   EXPECT_EQ(p.b.PeriodNs(kStart), 50 * kMs);
   EXPECT_EQ(p.b.PeriodNs(kStart + options.turn_recent_ns + 1 * kMs), 200 * kMs);
-  p.b.SetLaunchSpan(0);
-  p.b.SetRefill(4 * kMs);  // nor for slow refills
-  EXPECT_EQ(p.b.PeriodNs(kStart), 50 * kMs);
 }
 
 TEST(ControllerTurnTest, UnlimitedOrOptedOutProcessesNeitherWaitNorClaim) {

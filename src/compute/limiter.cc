@@ -20,7 +20,7 @@ int64_t ComputeLimiter::BeforeLaunch(StreamKey stream, int64_t now, LaunchTicket
     wait = controller_->AdmitDelayNs(now);
   }
   if (wait > 0) {
-    tracker_->BeginRest(now);  // the streams will run dry while we sleep: mark where they end
+    tracker_->Flush(now);  // the streams will run dry while we sleep: mark where they end
     controller_->AddThrottled(wait);
     return wait;
   }
@@ -60,7 +60,6 @@ void ComputeLimiter::OnStreamDestroyed(StreamKey stream, int64_t now) {
 void ComputeLimiter::Tick(int64_t now) {
   Apply(tracker_->Tick(now), now);
   controller_->SetLaunchSpan(tracker_->LaunchSpanNs(now));
-  controller_->SetRefill(tracker_->RefillNs(now));
   if (tracker_->HasPendingWork()) {
     controller_->NoteActivity(now);
   } else {
