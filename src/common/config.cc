@@ -244,6 +244,18 @@ bool ParseLedgerPath(std::string_view raw, std::string* out, std::string* reason
   return true;
 }
 
+// VGPU_COMPUTE_TRACE: a file the process writes at exit; relative paths would land in whatever
+// directory each process runs in.
+bool ParseTracePath(std::string_view raw, std::string* out, std::string* reason) {
+  const std::string_view path = Trim(raw);
+  if (path.empty() || path[0] != '/' || path.back() == '/' || path.size() >= 4096) {
+    *reason = "expected an absolute file path such as /tmp/vgpu-trace.%p (%p: the process id)";
+    return false;
+  }
+  *out = std::string(path);
+  return true;
+}
+
 // Quotes `text` for a one-line message: C escapes for quotes, backslashes and control bytes;
 // values longer than 120 bytes are cut and end in "...".
 std::string Quote(std::string_view text) {
@@ -534,6 +546,9 @@ std::optional<Source<CorePolicy>> ReadScalars(DialectReader& reader, Config* con
   if (auto period = reader.ReadOne("VGPU_COMPUTE_PERIOD", ParsePeriod)) {
     config->compute_period_ms = period->value;
   }
+  if (auto trace = reader.ReadOne("VGPU_COMPUTE_TRACE", ParseTracePath)) {
+    config->compute_trace_path = std::move(trace->value);
+  }
   if (auto uuids = reader.ReadOne("GPU_DEVICES_UUID", ParseUuidList)) {
     config->device_uuids = std::move(uuids->value);
   }
@@ -761,6 +776,7 @@ std::string Config::Describe() const {
                compute_period_ms != 0 ? std::to_string(compute_period_ms) + " ms (runs of share x period)"
                                       : std::string("off (bursts, launch by launch)"));
   }
+  if (!compute_trace_path.empty()) AppendLine(&out, "compute trace", compute_trace_path);
   for (size_t i = 0; i < device_uuids.size(); ++i) {
     AppendLine(&out, "device " + std::to_string(i) + " uuid", device_uuids[i]);
   }

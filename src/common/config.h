@@ -16,6 +16,7 @@
 //   node-wide board path  VGPU_BOARD (priorities; docs/compute.md)
 //   compute turns         VGPU_COMPUTE_TURNS (boolean, default true; docs/compute.md, "Turns")
 //   compute period        VGPU_COMPUTE_PERIOD (duration 10ms..5s, or 0/off; docs/compute.md, "Slices")
+//   compute trace         VGPU_COMPUTE_TRACE (absolute file path, %p = pid; docs/compute.md, "Tracing")
 //   device UUIDs          -                                             GPU_DEVICES_UUID (comma-separated)
 //   log level             LIBCUDA_LOG_LEVEL (0..5)                      LOGGER_LEVEL (0..5, vcuda scale)
 //   pass-through          CUDA_DISABLE_CONTROL
@@ -115,6 +116,9 @@ struct Config {
   // VGPU_COMPUTE_PERIOD: a limited process runs share x period, then rests (docs/compute.md);
   // 0 = no runs, bursts launch by launch.
   int64_t compute_period_ms = kDefaultComputePeriodMs;
+  // VGPU_COMPUTE_TRACE: the limiter's launches, sleeps and busy intervals are written there at
+  // exit (compute/trace.h); "%p" is the pid. Empty: no trace.
+  std::string compute_trace_path;
   std::vector<std::string> device_uuids;  // GPU_DEVICES_UUID, in CUDA ordinal order, validated
   LogLevel log_level = LogLevel::kError;  // default: errors only
 

@@ -330,6 +330,11 @@ void BusyTracker::Reset(bool destroy_events) {
   events_exhausted_ = false;
 }
 
+void BusyTracker::ObserveIntervals(IntervalObserver observer, void* context) {
+  observer_ = observer;
+  observer_context_ = context;
+}
+
 TrackerStats BusyTracker::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   return stats_;
@@ -476,6 +481,9 @@ void BusyTracker::NoteOffsetLocked(int64_t host_ns, int64_t seen_ns, int64_t tim
 int64_t BusyTracker::AddOwnLocked(int64_t begin, int64_t end) {
   const int64_t added = union_.Add(begin, end);
   own_horizon_ = std::max(own_horizon_, end);
+  if (observer_ != nullptr && has_offset_ && end > begin) {
+    observer_(observer_context_, begin + host_offset_ns_, end + host_offset_ns_);
+  }
   if (ring_ == nullptr || !has_offset_ || end <= begin) return added;
   const uint64_t i = ring_->head.fetch_add(1, std::memory_order_relaxed);
   BusyRingSlot& slot = ring_->slots[i % kBusyRingSlots];

@@ -195,6 +195,12 @@ class BusyTracker {
 
   TrackerStats stats() const;
 
+  // Called with every interval this process adds to the union, on CLOCK_MONOTONIC, once the
+  // clocks' offset is known (with a BusyRing; ComputeTrace's B records). Runs under the tracker's
+  // lock: it must be quick and must not call into the tracker. Set before the tracker is used.
+  using IntervalObserver = void (*)(void* context, int64_t begin_ns, int64_t end_ns);
+  void ObserveIntervals(IntervalObserver observer, void* context);
+
   // How long one launch lasts on its stream (a measured interval's length over its launches; a
   // launch that waits for the GPU's SMs lasts longer), the longest seen in the last one to two
   // span windows, when at least two streams had measured launches in them; 0 otherwise. A
@@ -309,6 +315,8 @@ class BusyTracker {
   // for pruning and for a begin's horizon.
   int64_t own_horizon_ = std::numeric_limits<int64_t>::min();  // guarded by mu_
   BusyRing* const ring_;
+  IntervalObserver observer_ = nullptr;            // set before use (ObserveIntervals)
+  void* observer_context_ = nullptr;
   uint64_t ring_token_ = 0;                        // this tracker's name in the ring
   uint64_t ring_read_ = 0;                         // ring intervals read so far; guarded by mu_
   // CLOCK_MONOTONIC = event time + host_offset_ns_ (valid once has_offset_), between the bounds

@@ -7,6 +7,7 @@
 #include <memory>
 #include <set>
 #include <utility>
+#include <vector>
 
 #include "compute/sim_model.h"
 
@@ -581,6 +582,35 @@ TEST(BusyTrackerTest, TimeAnotherProcessAlreadyChargedIsNotChargedAgain) {
   rig.Advance(2 * kMs);
   EXPECT_EQ(rig.Measured(), 1'500 * kUs);
   EXPECT_EQ(rig.tracker.stats().shared_read, 1);
+}
+
+// The observer (ComputeTrace's B records) sees each interval this process adds, on the host's
+// clock, whole (not only the part new to the union).
+TEST(BusyTrackerTest, TheObserverSeesEachOwnIntervalOnTheHostClock) {
+  BusyRing ring{};
+  Rig rig(ExactOptions(), ExactGpu(), &ring);
+  std::vector<std::pair<int64_t, int64_t>> seen;
+  rig.tracker.ObserveIntervals(
+      [](void* context, int64_t begin, int64_t end) {
+        static_cast<std::vector<std::pair<int64_t, int64_t>>*>(context)->emplace_back(begin, end);
+      },
+      &seen);
+  rig.Advance(1 * kMs);
+  ASSERT_TRUE(rig.Launch(rig.s0, 1 * kMs));  // [1, 2] ms
+  rig.Advance(1 * kMs);
+  rig.Measured();
+  Publish(ring, 3'500 * kUs, 4'500 * kUs);  // another process's: not observed
+  rig.Advance(2 * kMs);
+  ASSERT_TRUE(rig.Launch(rig.s0, 1 * kMs));  // [4, 5] ms
+  rig.Advance(2 * kMs);
+  rig.Measured();
+  // On the host clock through the clocks' offset, which is known to a few tens of ns here.
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_NEAR(seen[0].first, 1 * kMs, 1 * kUs);
+  EXPECT_NEAR(seen[0].second, 2 * kMs, 1 * kUs);
+  EXPECT_NEAR(seen[1].first, 4 * kMs, 1 * kUs);
+  EXPECT_NEAR(seen[1].second, 5 * kMs, 1 * kUs);
+  EXPECT_EQ(seen[1].second - seen[1].first, 1 * kMs);
 }
 
 TEST(BusyTrackerTest, RingSlotsBeingWrittenOrOverwrittenAreHandled) {

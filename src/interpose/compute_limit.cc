@@ -3,6 +3,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <memory>
 #include <mutex>
@@ -13,6 +14,7 @@
 #include "compute/controller.h"
 #include "compute/limiter.h"
 #include "compute/time_source.h"
+#include "compute/trace.h"
 #include "interpose/compute_events.h"
 #include "interpose/compute_signals.h"
 #include "interpose/driver_imports.h"
@@ -69,6 +71,25 @@ bool g_priorities = false;            // CUDA_TASK_PRIORITY given: unlimited dev
 bool g_turns = true;                  // VGPU_COMPUTE_TURNS
 int64_t g_period_ns = 0;              // VGPU_COMPUTE_PERIOD (0: bursts; set from the config)
 ledger::Board* g_board = nullptr;     // the node-wide board, or nullptr (priorities then inactive)
+compute::ComputeTrace* g_trace = nullptr;  // VGPU_COMPUTE_TRACE, or nullptr; never destroyed
+std::string* g_trace_path = nullptr;       // its file (%p replaced)
+
+// VGPU_COMPUTE_TRACE's records of a device's busy intervals and of its launching threads' sleeps.
+void TraceInterval(void* context, int64_t begin_ns, int64_t end_ns) {
+  g_trace->Add(compute::ComputeTrace::kBusy, static_cast<DeviceLimiter*>(context)->device, begin_ns, end_ns);
+}
+
+class TraceSleeper final : public compute::Sleeper {
+ public:
+  explicit TraceSleeper(int device) : device_(device) {}
+  void SleepNs(int64_t ns) override {
+    g_trace->Add(compute::ComputeTrace::kSleep, device_, compute::SystemClock()->NowNs(), ns);
+    compute::SystemSleeper()->SleepNs(ns);
+  }
+
+ private:
+  const int device_;
+};
 
 alignas(Registry) unsigned char g_registry_storage[sizeof(Registry)];
 Registry* g_registry = nullptr;
@@ -88,6 +109,7 @@ void InitRegistry() {
   pthread_atfork(nullptr, nullptr, [] {
     new (&g_registry->mu) std::mutex();
     ForgetAll();
+    g_trace = nullptr;  // the parent's records are the parent's; cuInit in the child starts its own
     g_registry->monitor_running = false;  // threads do not survive fork
   });
 }
@@ -136,6 +158,7 @@ DeviceLimiter* CreateLocked(Registry& r, int device, CUcontext ctx) {
   auto* created = new (std::nothrow) DeviceLimiter(device, ledger->ComputeState(device), ledger->ComputeBusy(device),
                                                    LimitsOf(*ledger, device), ctx, uuid, board, turn, options);
   if (created == nullptr) return nullptr;
+  if (g_trace != nullptr) created->tracker.ObserveIntervals(TraceInterval, created);
   VGPU_INFO("compute limit %d%% (soft %d%%, priority %d, runs of share x %lld ms) on ledger device %d (%s)",
             ledger->SmLimit(device), ledger->SmSoftLimit(device), ledger->TaskPriority(),
             static_cast<long long>(g_period_ns / 1'000'000), device, uuid.c_str());
@@ -318,6 +341,11 @@ void InitForCuInit() {
     g_priorities = priorities;
     g_turns = runtime.config.compute_turns;
     g_period_ns = runtime.config.compute_period_ms * 1'000'000;
+    if (g_trace == nullptr && !runtime.config.compute_trace_path.empty()) {
+      g_trace_path = new std::string(compute::TracePath(runtime.config.compute_trace_path, getpid()));
+      g_trace = new (std::nothrow) compute::ComputeTrace();
+      VGPU_INFO("compute trace: %s (written at exit)", g_trace_path->c_str());
+    }
   }
   g_compute_enabled.store(true, std::memory_order_release);
 }
@@ -328,8 +356,14 @@ LaunchGuard::LaunchGuard(CUstream stream, bool ptsz) {
   DeviceLimiter* dl = Find(memory::CurrentDevice(), ctx, /*create=*/true);
   if (dl == nullptr || Capturing(stream, ptsz)) return;
   BindContext(dl, ctx);
-  ticket_ = dl->limiter.WaitForAdmission(StreamKeyOf(stream, ptsz), compute::SystemClock(),
-                                         compute::SystemSleeper());
+  if (__builtin_expect(g_trace != nullptr, 0)) {
+    trace_start_ns_ = compute::SystemClock()->NowNs();
+    TraceSleeper sleeper(dl->device);
+    ticket_ = dl->limiter.WaitForAdmission(StreamKeyOf(stream, ptsz), compute::SystemClock(), &sleeper);
+  } else {
+    ticket_ = dl->limiter.WaitForAdmission(StreamKeyOf(stream, ptsz), compute::SystemClock(),
+                                           compute::SystemSleeper());
+  }
   device_ = dl;
 }
 
@@ -337,6 +371,9 @@ CUresult LaunchGuard::Finish(CUresult result) {
   if (device_ == nullptr) return result;
   const int64_t now = compute::SystemClock()->NowNs();
   device_->limiter.AfterLaunch(ticket_, result == CUDA_SUCCESS, now);
+  if (__builtin_expect(g_trace != nullptr, 0)) {
+    g_trace->Add(compute::ComputeTrace::kLaunch, device_->device, trace_start_ns_, now);
+  }
   MaybeTick(device_, now);
   return result;
 }
@@ -366,7 +403,21 @@ namespace {
 
 // At debug level, what each limiter measured over the process's life: the figures to compare
 // with an outside measurement (nvidia-smi, a throughput ratio) when a share is off target.
+// VGPU_COMPUTE_TRACE: the records so far (launches still running on other threads may add more,
+// which are not written).
+void WriteTrace() {
+  if (g_trace == nullptr) return;
+  std::string error;
+  if (!g_trace->WriteTo(*g_trace_path, &error)) {
+    VGPU_WARN("compute trace not written: %s", error.c_str());
+  } else if (g_trace->dropped() > 0) {
+    VGPU_WARN("compute trace %s: its buffer filled up, the last %llu records were dropped", g_trace_path->c_str(),
+              static_cast<unsigned long long>(g_trace->dropped()));
+  }
+}
+
 __attribute__((destructor)) void LogSummaries() {
+  WriteTrace();
   if (g_registry == nullptr || !LogEnabled(LogLevel::kDebug)) return;
   const int64_t now = compute::SystemClock()->NowNs();
   for (int d = 0; d < ledger::kLedgerMaxDevices; ++d) {

@@ -15,6 +15,9 @@
 // never tracked nor throttled (their launches run when the graph is launched). The per-thread
 // default stream is keyed per thread, and its marks are recorded only from its own thread.
 //
+// VGPU_COMPUTE_TRACE: each launch, sleep and busy interval is recorded (compute/trace.h) and the
+// trace written at exit; off, a launch pays one branch.
+//
 // No thread: completions are polled from launches and synchronisations (Tick at most every 2 ms).
 // After fork() the child forgets the parent's limiters (it must call cuInit again anyway).
 //
@@ -51,6 +54,7 @@ class LaunchGuard {
  private:
   DeviceLimiter* device_ = nullptr;
   compute::LaunchTicket ticket_;
+  int64_t trace_start_ns_ = 0;  // VGPU_COMPUTE_TRACE: when the hook was entered
 };
 
 // Before a synchronising call on the current context (marks where its streams run dry), and

@@ -10,8 +10,11 @@
 // of the same quantity.
 #include <gtest/gtest.h>
 
+#include <dirent.h>
+
 #include <algorithm>
 #include <cstdint>
+#include <fstream>
 #include <future>
 #include <sstream>
 #include <string>
@@ -203,6 +206,65 @@ TEST_F(ComputeTest, LowPriorityYieldsToHighPriorityAndResumes) {
   EXPECT_NEAR(before, 60, kTolerance);
   EXPECT_LE(during, 5.0);
   EXPECT_NEAR(after, 60, kTolerance);
+}
+
+// VGPU_COMPUTE_TRACE (%p: the pid) under a limit of 30: the file written at exit holds one
+// launch record per launch, the sleeps of the rests, and busy intervals covering about the
+// limit's share of the launches' span, on the launches' clock.
+TEST_F(ComputeTest, TraceRecordsEveryLaunchTheRestsAndTheBusyIntervals) {
+  const Achieved a = RunLoop(2000, "plain",
+                             VgpuEnv({{"CUDA_DEVICE_SM_LIMIT", "30"}, {"VGPU_COMPUTE_TRACE", dir_ + "/trace.%p"}}));
+  std::string path;
+  if (DIR* d = opendir(dir_.c_str())) {
+    while (const dirent* e = readdir(d)) {
+      if (std::string(e->d_name).rfind("trace.", 0) == 0) path = dir_ + "/" + e->d_name;
+    }
+    closedir(d);
+  }
+  ASSERT_FALSE(path.empty()) << "no trace.<pid> in " << dir_;
+  EXPECT_NE(path.find_first_of("0123456789"), std::string::npos) << "%p replaced by the pid: " << path;
+  std::ifstream in(path);
+  std::string header;
+  std::getline(in, header);
+  EXPECT_EQ(header.rfind("# vgpu compute trace 1: ", 0), 0u) << header;
+  EXPECT_NE(header.find(", 0 dropped"), std::string::npos) << header;
+  uint64_t launches = 0, sleeps = 0;
+  int64_t first = INT64_MAX, last = INT64_MIN, busy = 0, sleep_ns = 0;
+  int64_t busy_first = INT64_MAX, busy_last = INT64_MIN;
+  char kind;
+  int device;
+  int64_t x, y;
+  while (in >> kind >> device >> x >> y) {
+    EXPECT_EQ(device, 0);
+    if (kind != 'S') EXPECT_LE(x, y) << kind;  // S: time and duration
+    if (kind == 'L') {
+      ++launches;
+      first = std::min(first, x);
+      last = std::max(last, y);
+    } else if (kind == 'S') {
+      ++sleeps;
+      EXPECT_GT(y, 0);
+      sleep_ns += y;
+    } else if (kind == 'B') {
+      busy += y - x;
+      busy_first = std::min(busy_first, x);
+      busy_last = std::max(busy_last, y);
+    } else {
+      ADD_FAILURE() << "unknown record " << kind;
+    }
+  }
+  ASSERT_GT(last, first);
+  const double busy_share = 100.0 * static_cast<double>(busy) / static_cast<double>(last - first);
+  const double sleep_share = 100.0 * static_cast<double>(sleep_ns) / static_cast<double>(last - first);
+  std::printf("[ compute  ] trace: %llu launches (program: %llu), %llu sleeps (%.1f%% of the span), busy %.1f%%\n",
+              static_cast<unsigned long long>(launches), static_cast<unsigned long long>(a.kernels),
+              static_cast<unsigned long long>(sleeps), sleep_share, busy_share);
+  EXPECT_EQ(launches, a.kernels);
+  EXPECT_GT(sleeps, 0u);
+  EXPECT_NEAR(busy_share, 30, 2 * kTolerance);
+  // The same clock: the GPU's intervals fall within the launches' span (and the final drain).
+  EXPECT_GE(busy_first, first - 1'000'000);
+  EXPECT_LE(busy_last, last + 50'000'000);
 }
 
 }  // namespace

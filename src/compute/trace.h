@@ -1,0 +1,61 @@
+// ComputeTrace: what a limited process's compute limiter did, record by record, for offline
+// analysis (bench/compute/trace_report.py; docs/compute.md, "Tracing"). Enabled per process with
+// VGPU_COMPUTE_TRACE=FILE; off, nothing is allocated and the launch path pays one branch.
+//
+// Records, all times CLOCK_MONOTONIC nanoseconds:
+//   L device start end   a launch: from the hook's entry (before admission) to after the real
+//                        launch returned, so end - start is the limiter's and the driver's time
+//   S device time wait   the launching thread goes to sleep for `wait` (a rest, a turn, a full
+//                        queue); a run starts at the first launch after a sleep
+//   B device begin end   an interval the tracker added to the container's busy union (the GPU
+//                        time of this process's kernels, on CLOCK_MONOTONIC through the clocks'
+//                        offset; needs the container's busy ring)
+//
+// Add() is lock-free (one atomic increment per record) and drops records once the buffer is full
+// (counted). WriteTo() is for exit time: it must not race with Add() for a complete file.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace vgpu::compute {
+
+class ComputeTrace {
+ public:
+  enum Kind : char { kLaunch = 'L', kSleep = 'S', kBusy = 'B' };
+  static constexpr size_t kDefaultCapacity = size_t{1} << 21;  // records (48 MiB, touched as used)
+
+  explicit ComputeTrace(size_t capacity = kDefaultCapacity);
+  ComputeTrace(const ComputeTrace&) = delete;
+  ComputeTrace& operator=(const ComputeTrace&) = delete;
+
+  void Add(Kind kind, int device, int64_t a, int64_t b);
+  // Writes "# vgpu compute trace 1: N records, D dropped" and one line per record
+  // ("L 0 123 456"), in the order they were added. False (and *error) when the file cannot be
+  // written.
+  bool WriteTo(const std::string& path, std::string* error) const;
+
+  size_t records() const;
+  uint64_t dropped() const { return dropped_.load(std::memory_order_relaxed); }
+
+ private:
+  struct Record {
+    int64_t a;
+    int64_t b;
+    int32_t device;
+    char kind;
+  };
+  std::unique_ptr<Record[]> records_;
+  const size_t capacity_;
+  std::atomic<size_t> next_{0};
+  std::atomic<uint64_t> dropped_{0};
+};
+
+// VGPU_COMPUTE_TRACE's file name: every "%p" replaced by `pid` (one file per process of a
+// container), everything else as given.
+std::string TracePath(const std::string& pattern, long pid);
+
+}  // namespace vgpu::compute
