@@ -7,7 +7,8 @@
 //
 //   concurrency run --kernel-us K [--streams S] [--threads T] [--blocks-per-sm F]
 //                   [--graph-branches B --graph-depth L] [--warmup W] [--seconds D]
-//                   [--barrier DIR NAME] [--clock-spin] [--host-ns N]
+//                   [--barrier DIR NAME] [--clock-spin] [--host-ns N] [--trace FILE]
+//                   [--pause RUN_MS IDLE_MS] [--mark-every N [--query-every M]]
 //     --kernel-us      run time of one kernel alone at the maximum SM clock (WorkKernel: a
 //                      chain of dependent loads, sized by IterationsPerUs); it needs that much
 //                      GPU time whoever else runs, so kernels/s is work done also when contexts
@@ -25,6 +26,13 @@
 //                      exists (it holds a CLOCK_MONOTONIC start time, seconds) and that time came
 //     --host-ns N      the host thread spins N ns after each kernel launch (what a launcher that
 //                      is N ns slower per launch, e.g. through an interposer, loses natively)
+//     --trace FILE     write each batch's completion time (a timing event's, on CLOCK_MONOTONIC)
+//                      to FILE: "K time_ns kernels" lines, "P time_ns" where a pause ended and
+//                      "W start_ns end_ns" (the window); for bench/compute/trace_report.py
+//     --pause RUN_MS IDLE_MS: each launching thread stops launching for IDLE_MS after every
+//                      RUN_MS of launches, wherever it is in a batch (as a limiter's rest does)
+//     --mark-every N   record a timing event on the stream after every N kernels (as a limiter's
+//                      marks do); --query-every M asks about the latest one after every M kernels
 //   Prints one JSON line: kernels, seconds, rate (kernels/s), kernel_us, concurrency
 //   (rate x kernel time: kernels running at once on average), kernel ("work" or "clock-spin"),
 //   per_kernel (its iterations or cycles), t_start, t_end.
@@ -37,6 +45,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <unistd.h>
@@ -58,6 +67,9 @@ struct Options {
   std::string barrier_dir, barrier_name;
   bool clock_spin = false;
   long long host_ns = 0;
+  std::string trace_path;
+  double pause_run_s = 0, pause_idle_s = 0;
+  int mark_every = 0, query_every = 0;
 };
 
 struct Shared {
@@ -65,6 +77,14 @@ struct Shared {
   long long iterations = 0;  // otherwise: WorkKernel iterations per kernel
   bool clock_spin = false;
   long long host_ns = 0;     // --host-ns: spin this long after each launch
+  double pause_run_s = 0, pause_idle_s = 0;  // --pause
+  int mark_every = 0, query_every = 0;       // --mark-every, --query-every
+  bool trace = false;                        // --trace: timing events per batch
+  cudaEvent_t ref = nullptr;                 // ... measured against this one, recorded at
+  double ref_s = 0;                          // CLOCK_MONOTONIC ref_s
+  std::mutex trace_mu;
+  std::vector<std::pair<double, int>> completions;  // guarded by trace_mu: (time, kernels)
+  std::vector<double> resumes;                      // guarded by trace_mu: pauses' ends
   int grid = 0;
   unsigned long long* sink = nullptr;
   std::atomic<int> phase{0};         // 0 warm-up, 1 measuring, 2 stop
@@ -78,11 +98,13 @@ struct Lane {
   cudaGraphExec_t graph = nullptr;  // graph mode: one launch = one batch
   int kernels_per_batch = 1;
   cudaEvent_t events[2];
+  cudaEvent_t marks[64] = {};  // --mark-every: a ring of timing events
+  long long launched = 0, marked = 0;
   long long seq[2] = {0, 0};  // launch order of each batch in flight
   int head = 0, inflight = 0;
 };
 
-void LaunchKernel(const Shared& sh, cudaStream_t stream) {
+void LaunchKernel(Shared& sh, cudaStream_t stream) {
   if (sh.clock_spin) {
     SpinKernel<<<sh.grid, 256, 0, stream>>>(sh.cycles, sh.sink);
   } else {
@@ -96,12 +118,43 @@ void LaunchKernel(const Shared& sh, cudaStream_t stream) {
   }
 }
 
+// --pause: every pause_run_s of launching, the thread stops for pause_idle_s (thread_local:
+// each launching thread keeps its own rhythm).
+void MaybePause(Shared& sh) {
+  if (sh.pause_run_s <= 0) return;
+  thread_local double pause_at = 0;
+  const double now = Monotonic();
+  if (pause_at == 0) pause_at = now + sh.pause_run_s;
+  if (now < pause_at) return;
+  const double until = now + sh.pause_idle_s;
+  while (Monotonic() < until) usleep(200);
+  const double resumed = Monotonic();
+  pause_at = resumed + sh.pause_run_s;
+  std::lock_guard<std::mutex> lock(sh.trace_mu);
+  sh.resumes.push_back(resumed);
+}
+
+// --mark-every / --query-every after each kernel of a lane.
+void MarkAndQuery(Shared& sh, Lane& lane) {
+  ++lane.launched;
+  if (sh.mark_every > 0 && lane.launched % sh.mark_every == 0) {
+    CHECK(cudaEventRecord(lane.marks[lane.marked++ % 64], lane.stream));
+  }
+  if (sh.query_every > 0 && lane.launched % sh.query_every == 0 && lane.marked > 0) {
+    const cudaError_t e = cudaEventQuery(lane.marks[(lane.marked - 1) % 64]);
+    if (e != cudaErrorNotReady) CHECK(e);
+  }
+}
+
 void LaunchBatch(Shared& sh, Lane& lane, long long seq) {
   if (lane.graph != nullptr) {
+    MaybePause(sh);
     CHECK(cudaGraphLaunch(lane.graph, lane.stream));
   } else {
     for (int k = 0; k < lane.kernels_per_batch; ++k) {
+      MaybePause(sh);
       LaunchKernel(sh, lane.stream);
+      MarkAndQuery(sh, lane);
     }
   }
   const int slot = (lane.head + lane.inflight) % 2;
@@ -123,6 +176,12 @@ bool Retire(Shared& sh, Lane& lane, bool wait) {
     CHECK(e);
   }
   if (sh.phase.load(std::memory_order_acquire) == 1) sh.counted.fetch_add(lane.kernels_per_batch);
+  if (sh.trace) {
+    float ms = 0;
+    CHECK(cudaEventElapsedTime(&ms, sh.ref, ev));
+    std::lock_guard<std::mutex> lock(sh.trace_mu);
+    sh.completions.emplace_back(sh.ref_s + ms * 1e-3, lane.kernels_per_batch);
+  }
   lane.head = (lane.head + 1) % 2;
   --lane.inflight;
   return true;
@@ -196,6 +255,12 @@ bool ParseArgs(int argc, char** argv, Options* o) {
     else if (a == "--seconds") o->seconds = atof(next("--seconds"));
     else if (a == "--clock-spin") o->clock_spin = true;
     else if (a == "--host-ns") o->host_ns = atoll(next("--host-ns"));
+    else if (a == "--trace") o->trace_path = next("--trace");
+    else if (a == "--pause") {
+      o->pause_run_s = atof(next("--pause")) * 1e-3;
+      o->pause_idle_s = atof(next("--pause")) * 1e-3;
+    } else if (a == "--mark-every") o->mark_every = atoi(next("--mark-every"));
+    else if (a == "--query-every") o->query_every = atoi(next("--query-every"));
     else if (a == "--barrier") {
       o->barrier_dir = next("--barrier");
       o->barrier_name = next("--barrier");
@@ -205,13 +270,32 @@ bool ParseArgs(int argc, char** argv, Options* o) {
     }
   }
   if (!(o->kernel_us > 0) || o->streams < 1 || o->threads < 1 || o->streams % o->threads != 0 ||
-      o->blocks_per_sm < 1 || o->graph_branches < 0 || o->graph_depth < 1 || o->seconds <= 0 || o->warmup_s < 0 || o->host_ns < 0) {
+      o->blocks_per_sm < 1 || o->graph_branches < 0 || o->graph_depth < 1 || o->seconds <= 0 || o->warmup_s < 0 || o->host_ns < 0 || o->pause_run_s < 0 || o->pause_idle_s < 0 ||
+      o->mark_every < 0 || o->query_every < 0 || (o->query_every > 0 && o->mark_every == 0)) {
     fprintf(stderr, "concurrency: bad arguments (kernel-us > 0, streams a multiple of threads, ...)\n");
     return false;
   }
   return true;
 }
 
+
+// --trace: the batches' completion times, the pauses' ends and the window, in nanoseconds.
+bool WriteTrace(const std::string& path, Shared& sh) {
+  FILE* f = fopen(path.c_str(), "w");
+  if (!f) {
+    fprintf(stderr, "concurrency: cannot write %s: %s\n", path.c_str(), strerror(errno));
+    return false;
+  }
+  std::lock_guard<std::mutex> lock(sh.trace_mu);
+  fprintf(f, "# concurrency trace 1\nW %.0f %.0f\n", sh.t_start * 1e9, sh.t_end * 1e9);
+  for (const auto& c : sh.completions) fprintf(f, "K %.0f %d\n", c.first * 1e9, c.second);
+  for (double r : sh.resumes) fprintf(f, "P %.0f\n", r * 1e9);
+  if (fclose(f) != 0) {
+    fprintf(stderr, "concurrency: cannot write %s: %s\n", path.c_str(), strerror(errno));
+    return false;
+  }
+  return true;
+}
 
 // Waits out the warm-up, then the barrier (if any); returns the start time of the window.
 double WaitForStart(const Options& o, double warm_end) {
@@ -244,7 +328,7 @@ int main(int argc, char** argv) {
   if (argc < 2 || strcmp(argv[1], "run") != 0) {
     fprintf(stderr, "usage: concurrency run --kernel-us K [--streams S] [--threads T] [--blocks-per-sm F] "
                     "[--graph-branches B --graph-depth L] [--warmup W] [--seconds D] [--barrier DIR NAME] [--clock-spin] "
-                    "[--host-ns N]\n");
+                    "[--host-ns N] [--trace FILE] [--pause RUN_MS IDLE_MS] [--mark-every N [--query-every M]]\n");
     return 2;
   }
   Options o;
@@ -256,6 +340,17 @@ int main(int argc, char** argv) {
   sh.sink = probe.sink;
   sh.clock_spin = o.clock_spin;
   sh.host_ns = o.host_ns;
+  sh.pause_run_s = o.pause_run_s;
+  sh.pause_idle_s = o.pause_idle_s;
+  sh.mark_every = o.mark_every;
+  sh.query_every = o.query_every;
+  sh.trace = !o.trace_path.empty();
+  if (sh.trace) {  // the reference event's time on CLOCK_MONOTONIC (within a few us)
+    CHECK(cudaEventCreate(&sh.ref));
+    CHECK(cudaEventRecord(sh.ref, probe.stream));
+    CHECK(cudaEventSynchronize(sh.ref));
+    sh.ref_s = Monotonic();
+  }
   if (o.clock_spin) {
     sh.cycles = static_cast<long long>(CyclesPerUs(probe) * o.kernel_us);
   } else {
@@ -269,7 +364,10 @@ int main(int argc, char** argv) {
   for (int l = 0; l < lanes_total; ++l) {
     Lane lane;
     CHECK(cudaStreamCreateWithFlags(&lane.stream, cudaStreamNonBlocking));
-    for (auto& e : lane.events) CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    for (auto& e : lane.events) CHECK(cudaEventCreateWithFlags(&e, sh.trace ? cudaEventDefault : cudaEventDisableTiming));
+    if (o.mark_every > 0) {
+      for (auto& e : lane.marks) CHECK(cudaEventCreate(&e));
+    }
     if (graph_mode) {
       lane.graph = BuildGraph(sh, lane.stream, o.graph_branches, o.graph_depth);
       lane.kernels_per_batch = o.graph_branches * o.graph_depth;
@@ -296,10 +394,14 @@ int main(int argc, char** argv) {
          kernels, seconds, rate, o.kernel_us, rate * o.kernel_us * 1e-6, lanes_total, threads, o.graph_branches,
          o.clock_spin ? "clock-spin" : "work", o.clock_spin ? sh.cycles : sh.iterations, sh.t_start, sh.t_end);
   fflush(stdout);
+  if (sh.trace && !WriteTrace(o.trace_path, sh)) return 2;
   for (auto& lanes : per_thread) {
     for (Lane& lane : lanes) {
       if (lane.graph != nullptr) CHECK(cudaGraphExecDestroy(lane.graph));
       for (auto& e : lane.events) CHECK(cudaEventDestroy(e));
+      for (auto& e : lane.marks) {
+        if (e != nullptr) CHECK(cudaEventDestroy(e));
+      }
       CHECK(cudaStreamDestroy(lane.stream));
     }
   }
