@@ -169,13 +169,13 @@ def report(args, out=sys.stdout):
               f"work per busy ms against native, native ms lost per run:", file=out)
         for name, (k, b) in phases.items():
             if b > 0:
-                print(f"  {name:14s} {b / 1e6 / len(runs):7.2f} ms  {k / (b / 1e6) / per_ms:6.3f}  {(b / 1e6 - k / per_ms) / len(runs):6.2f}", file=out)
+                print(f"  {name:14s} {b / 1e6 / len(runs):7.2f} ms  {k / (b / 1e6) / per_ms:6.3f}  {round((b / 1e6 - k / per_ms) / len(runs), 2) + 0.0:6.2f}", file=out)
         profile = []
         for j in range(12):
             k = b_ns = 0
             for a, b in runs:
                 x, y = a + j * 10_000_000, min(a + (j + 1) * 10_000_000, b)
-                if y > x:
+                if y - x >= 1_000_000:  # a sliver at the run's end says nothing
                     k += tl.kernels(x, y)
                     b_ns += tl.busy_ns(x, y)
             if b_ns > 0:

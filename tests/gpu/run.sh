@@ -19,7 +19,8 @@
 #   overhead   launch and alloc/free cost, library against native (~2 min)
 #   compute    compute-limit accuracy, spin kernels and PyTorch training (bench/compute_accuracy.py,
 #              ~4 min; --quick ~2 min); the period stretched for 16 streams of 5 ms kernels, kept
-#              for one stream (~10 s)
+#              for one stream (~10 s); VGPU_COMPUTE_TRACE read by bench/compute/trace_report.py
+#              (~10 s)
 #   matrix     the compute limit's concurrency matrix: streams, host threads, processes, graphs,
 #              cuBLAS, training, serving when bench/serving/serve.py exists, co-located 30+60 and
 #              3 x 30 (bench/compute_matrix.py, ~10 min with serving: more than one device call;
@@ -260,6 +261,29 @@ PY
         row "$name" FAIL "period $period ms"
       fi
     done
+    # VGPU_COMPUTE_TRACE and concurrency --trace (docs/compute.md, Tracing): 16 streams of 50 us
+    # at 60 and natively; the report must read the traces, and the busy share it finds in them
+    # must be the limit (the work per busy ms against native is shown: what the row loses).
+    T="$DETAIL/compute/trace"
+    mkdir -p "$T"
+    args=(run --streams 16 --kernel-us 50 --warmup 0.5 --seconds 2)
+    if "$G/concurrency" "${args[@]}" --trace "$T/native.trace" >"$T/native.txt" 2>&1 &&
+      env LD_PRELOAD="$LIB" CUDA_DEVICE_SM_LIMIT=60 CUDA_DEVICE_MEMORY_SHARED_CACHE="$T/ledger" VGPU_COMPUTE_TRACE="$T/lib.%p" \
+        "$G/concurrency" "${args[@]}" --trace "$T/bench.trace" >"$T/limited.txt" 2>&1 &&
+      python3 "$ROOT/bench/compute/trace_report.py" --bench "$T/bench.trace" --library "$(ls "$T"/lib.* | head -1)" \
+        --native "$T/native.trace" >"$T/report.txt" 2>&1; then
+      cp "$T/report.txt" "$OUT/compute-trace-report.txt"
+      busy=$(sed -n 's/^busy \([0-9.]*\)% of the window.*/\1/p' "$T/report.txt")
+      work=$(sed -n 's/.*work per busy ms \([0-9.]*\) of native.*/\1/p' "$T/report.txt")
+      name="compute trace, 16 x 50 us at 60: busy share from VGPU_COMPUTE_TRACE"
+      if [ -n "$busy" ] && le 57 "$busy" && le "$busy" 63; then
+        row "$name" PASS "busy $busy% of the window, work per busy ms $work of native (compute-trace-report.txt)"
+      else
+        row "$name" FAIL "busy '$busy'% (expected 60 +-3); see $T/report.txt"
+      fi
+    else
+      row "compute trace, 16 x 50 us at 60" FAIL "a run or the report failed; see $T"
+    fi
   else
     row "compute period: bench/compute/concurrency.cu" FAIL "nvcc failed; see $LOG"
   fi
