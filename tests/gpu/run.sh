@@ -8,9 +8,10 @@
 #   --only PARTS   comma-separated subset of the parts below (default: all of them but compat)
 #   --compat-bins DIR  the compat part's prebuilt programs, one folder per runtime (default:
 #                  compat-bins/ in the repository; tests/gpu/compat/README.md)
-# Parts, with their duration on an H200 (the full run, about 19 minutes, does not fit one
-# 10-minute device call: run "--only interpose,memory,oversub,overhead", "--only compute,node",
-# "--only matrix" and "--only compat"):
+# Parts, with their duration on an H200 (the full run, about 20 minutes, does not fit one
+# 10-minute device call: run "--only interpose,memory,oversub", "--only overhead,node",
+# "--only compute", the matrix in two parts (below) and "--only compat"; on 2026-11-26
+# "interpose,memory,oversub,overhead" ran past 10 minutes in the overhead part's rounds):
 #   interpose  the library's shape; same results with and without it (driver/runtime API,
 #              PyTorch, JAX, CuPy); hook layers; pass-through (~2 min)
 #   memory     the hard memory limit on all 14 allocation paths, under the frameworks, the free
