@@ -104,7 +104,7 @@ struct Lane {
   int head = 0, inflight = 0;
 };
 
-void LaunchKernel(Shared& sh, cudaStream_t stream) {
+void LaunchKernel(const Shared& sh, cudaStream_t stream) {
   if (sh.clock_spin) {
     SpinKernel<<<sh.grid, 256, 0, stream>>>(sh.cycles, sh.sink);
   } else {

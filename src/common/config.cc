@@ -232,28 +232,27 @@ bool ParseLoggerLevel(std::string_view raw, LogLevel* out, std::string* reason) 
   return true;
 }
 
-bool ParseLedgerPath(std::string_view raw, std::string* out, std::string* reason) {
+// An absolute path of a file (not a directory); `expected` is the message otherwise.
+bool ParseAbsoluteFile(std::string_view raw, std::string* out, std::string* reason, const char* expected) {
   const std::string_view path = Trim(raw);
-  // A relative path would resolve against each process's working directory, so processes of
-  // one container could end up with different ledgers and each get the full limit.
   if (path.empty() || path[0] != '/' || path.back() == '/' || path.size() >= 4096) {
-    *reason = "expected an absolute file path such as /tmp/vgpu/ledger.cache";
+    *reason = expected;
     return false;
   }
   *out = std::string(path);
   return true;
 }
 
+bool ParseLedgerPath(std::string_view raw, std::string* out, std::string* reason) {
+  // A relative path would resolve against each process's working directory, so processes of
+  // one container could end up with different ledgers and each get the full limit.
+  return ParseAbsoluteFile(raw, out, reason, "expected an absolute file path such as /tmp/vgpu/ledger.cache");
+}
+
 // VGPU_COMPUTE_TRACE: a file the process writes at exit; relative paths would land in whatever
 // directory each process runs in.
 bool ParseTracePath(std::string_view raw, std::string* out, std::string* reason) {
-  const std::string_view path = Trim(raw);
-  if (path.empty() || path[0] != '/' || path.back() == '/' || path.size() >= 4096) {
-    *reason = "expected an absolute file path such as /tmp/vgpu-trace.%p (%p: the process id)";
-    return false;
-  }
-  *out = std::string(path);
-  return true;
+  return ParseAbsoluteFile(raw, out, reason, "expected an absolute file path such as /tmp/vgpu-trace.%p (%p: the process id)");
 }
 
 // Quotes `text` for a one-line message: C escapes for quotes, backslashes and control bytes;
