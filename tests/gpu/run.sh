@@ -266,7 +266,7 @@ PY
     # at 60 and natively; the report must read the traces, and the busy share it finds in them
     # must be the limit (the work per busy ms against native is shown: what the row loses).
     T="$DETAIL/compute/trace"
-    mkdir -p "$T"
+    rm -rf "$T" && mkdir -p "$T"  # lib.<pid> of an earlier run would be read instead
     args=(run --streams 16 --kernel-us 50 --warmup 0.5 --seconds 2)
     if "$G/concurrency" "${args[@]}" --trace "$T/native.trace" >"$T/native.txt" 2>&1 &&
       env LD_PRELOAD="$LIB" CUDA_DEVICE_SM_LIMIT=60 CUDA_DEVICE_MEMORY_SHARED_CACHE="$T/ledger" VGPU_COMPUTE_TRACE="$T/lib.%p" \
