@@ -652,8 +652,8 @@ def parser():
     p.add_argument("--colocated", default=DEFAULT_COLOCATED,
                    help=f"rows the groups run on (default {DEFAULT_COLOCATED}; '' for none)")
     p.add_argument("--seconds", type=float, default=1.6,
-                   help="measurement window per run (default 1.6; 1.5 times that for 16x50us and 16x5ms, whose period the "
-                        "limiter stretches to 200 ms)")
+                   help="measurement window per run (default 1.6; 1.5 times that for 16x5ms, whose period the limiter "
+                        "stretches to 200 ms)")
     p.add_argument("--warmup", type=float, default=0.5, help="warm-up per run (default 0.5)")
     p.add_argument("--budget", type=float,
                    help="seconds from the start: skip rows and groups that would end later (default: no limit)")

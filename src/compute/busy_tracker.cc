@@ -135,10 +135,7 @@ void BusyTracker::MarkTailLocked(StreamState& st, int64_t now) {
   if (st.tail_launches == 0) return;
   bool previous_pending = false;
   if (st.has_last_event && !st.last_event_is_begin) {
-    ++stats_.queries;
-    const EventState state = ops_->Query(st.last_event);
-    previous_pending = state == EventState::kNotReady;
-    if (state == EventState::kReady) NoteAllDoneLocked(st);
+    previous_pending = QueryLastEventLocked(st) == EventState::kNotReady;
     if (previous_pending) {
       st.mark_interval = std::min(st.mark_interval * 2, options_.max_mark_interval);
     } else if (!UniformCostLocked(st)) {
@@ -154,14 +151,9 @@ void BusyTracker::MarkTailLocked(StreamState& st, int64_t now) {
 bool BusyTracker::StreamIdleLocked(StreamState& st) {
   if (st.tail_launches > 0) return false;
   if (!st.has_last_event) return true;
-  ++stats_.queries;
-  EventState state = ops_->Query(st.last_event);
+  const EventState state = QueryLastEventLocked(st);
   if (state == EventState::kNotReady) return false;
-  if (state == EventState::kError) {
-    ++stats_.event_errors;
-  } else {
-    NoteAllDoneLocked(st);
-  }
+  if (state == EventState::kError) ++stats_.event_errors;
   return true;  // complete (or broken: restart the chain either way)
 }
 
@@ -172,16 +164,16 @@ void BusyTracker::CollapseIntervalIfShallowLocked(StreamState& st) {
   int32_t tail = st.tail_launches;
   if (tail == 0 || (tail & (tail - 1)) != 0 || st.mark_interval == 1) return;
   if (!st.has_last_event || st.last_event_is_begin || UniformCostLocked(st)) return;
-  ++stats_.queries;
-  const EventState state = ops_->Query(st.last_event);
-  if (state == EventState::kReady) NoteAllDoneLocked(st);
-  if (state != EventState::kNotReady) st.mark_interval = 1;
+  if (QueryLastEventLocked(st) != EventState::kNotReady) st.mark_interval = 1;
 }
 
-// The stream's last event was seen complete: so is every event recorded before it on the
+// Asks about the stream's last event. Complete: so is every event recorded before it on the
 // stream (a stream runs in order), and the poll need not ask about them again.
-void BusyTracker::NoteAllDoneLocked(StreamState& st) {
-  st.pending_known_done = static_cast<int32_t>(st.pending.size());
+EventState BusyTracker::QueryLastEventLocked(StreamState& st) {
+  ++stats_.queries;
+  const EventState state = ops_->Query(st.last_event);
+  if (state == EventState::kReady) st.pending_known_done = static_cast<int32_t>(st.pending.size());
+  return state;
 }
 
 bool BusyTracker::UniformCostLocked(const StreamState& st) const {

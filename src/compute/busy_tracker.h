@@ -289,7 +289,7 @@ class BusyTracker {
   void ReadRingLocked();
   double EstimateLocked(const StreamState& st) const;
   bool UniformCostLocked(const StreamState& st) const;
-  void NoteAllDoneLocked(StreamState& st);
+  EventState QueryLastEventLocked(StreamState& st);
 
   GpuEventOps* const ops_;
   const BusyTrackerOptions options_;

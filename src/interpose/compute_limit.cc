@@ -356,14 +356,13 @@ LaunchGuard::LaunchGuard(CUstream stream, bool ptsz) {
   DeviceLimiter* dl = Find(memory::CurrentDevice(), ctx, /*create=*/true);
   if (dl == nullptr || Capturing(stream, ptsz)) return;
   BindContext(dl, ctx);
+  TraceSleeper traced(dl->device);
+  compute::Sleeper* sleeper = compute::SystemSleeper();
   if (__builtin_expect(g_trace != nullptr, 0)) {
     trace_start_ns_ = compute::SystemClock()->NowNs();
-    TraceSleeper sleeper(dl->device);
-    ticket_ = dl->limiter.WaitForAdmission(StreamKeyOf(stream, ptsz), compute::SystemClock(), &sleeper);
-  } else {
-    ticket_ = dl->limiter.WaitForAdmission(StreamKeyOf(stream, ptsz), compute::SystemClock(),
-                                           compute::SystemSleeper());
+    sleeper = &traced;
   }
+  ticket_ = dl->limiter.WaitForAdmission(StreamKeyOf(stream, ptsz), compute::SystemClock(), sleeper);
   device_ = dl;
 }
 
@@ -401,8 +400,6 @@ void OnStreamDestroyed(CUstream stream) {
 namespace vgpu::compute_limit {
 namespace {
 
-// At debug level, what each limiter measured over the process's life: the figures to compare
-// with an outside measurement (nvidia-smi, a throughput ratio) when a share is off target.
 // VGPU_COMPUTE_TRACE: the records so far (launches still running on other threads may add more,
 // which are not written).
 void WriteTrace() {
@@ -416,6 +413,9 @@ void WriteTrace() {
   }
 }
 
+// At exit: the trace, and at debug level what each limiter measured over the process's life: the
+// figures to compare with an outside measurement (nvidia-smi, a throughput ratio) when a share is
+// off target.
 __attribute__((destructor)) void LogSummaries() {
   WriteTrace();
   if (g_registry == nullptr || !LogEnabled(LogLevel::kDebug)) return;
