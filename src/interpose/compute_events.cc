@@ -72,8 +72,8 @@ compute::EventState RealEventOps::Query(compute::EventId event) {
 }
 
 bool RealEventOps::ElapsedMs(compute::EventId from, compute::EventId to, float* ms) {
-  return g_cuda.cuEventElapsedTime != nullptr &&
-         g_cuda.cuEventElapsedTime(ms, AsEvent(from), AsEvent(to)) == CUDA_SUCCESS;
+  auto elapsed = g_cuda.cuEventElapsedTime_v2 != nullptr ? g_cuda.cuEventElapsedTime_v2 : g_cuda.cuEventElapsedTime;
+  return elapsed != nullptr && elapsed(ms, AsEvent(from), AsEvent(to)) == CUDA_SUCCESS;
 }
 
 }  // namespace vgpu::compute_limit

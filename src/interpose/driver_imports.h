@@ -4,6 +4,10 @@
 
 #include <cuda.h>
 
+// From CUDA 12.8 on, cuda.h maps cuEventElapsedTime to cuEventElapsedTime_v2; the imports name
+// both versions (driver_imports.def).
+#undef cuEventElapsedTime
+
 #include "interpose/nvml_types.h"
 
 namespace vgpu {

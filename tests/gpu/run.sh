@@ -21,7 +21,7 @@
 #   compute    compute-limit accuracy, spin kernels and PyTorch training (bench/compute_accuracy.py,
 #              ~4 min; --quick ~2 min); the period stretched for 16 streams of 5 ms kernels, kept
 #              for one stream (~10 s); VGPU_COMPUTE_TRACE read by bench/compute/trace_report.py
-#              (~10 s)
+#              (~10 s); the limited launch path's rate against native, 1 and 16 streams (~10 s)
 #   matrix     the compute limit's concurrency matrix: streams, host threads, processes, graphs,
 #              cuBLAS, training, serving when bench/serving/serve.py exists, co-located 30+60 and
 #              3 x 30 (bench/compute_matrix.py, ~10 min with serving: more than one device call;
@@ -285,6 +285,27 @@ PY
     else
       row "compute trace, 16 x 50 us at 60" FAIL "a run or the report failed; see $T"
     fi
+    # The limited launch path's host cost (docs/compute.md, Costs): one host thread launching 2 us
+    # kernels (host-bound) natively and at a limit of 99, whose runs admit every launch at once;
+    # the ratio of launch rates, for one stream (min 0.95) and 16 streams (min 0.85: a mark and a
+    # begin per idle start of each stream).
+    for streams in 1 16; do
+      args=(run --streams "$streams" --kernel-us 2 --warmup 0.3 --seconds 1.5)
+      ledger="$DETAIL/compute/launch-$streams.ledger"
+      rm -f "$ledger"
+      native=$("$G/concurrency" "${args[@]}" 2>>"$LOG" | sed -n 's/.*"rate": \([0-9.]*\).*/\1/p')
+      limited=$(env LD_PRELOAD="$LIB" CUDA_DEVICE_SM_LIMIT=99 CUDA_DEVICE_MEMORY_SHARED_CACHE="$ledger" \
+        "$G/concurrency" "${args[@]}" 2>>"$LOG" | sed -n 's/.*"rate": \([0-9.]*\).*/\1/p')
+      bound=$([ "$streams" = 1 ] && echo 0.95 || echo 0.85)
+      name="compute launch path: $streams stream(s) of 2 us kernels at 99, launch rate against native"
+      if [ -z "$native" ] || [ -z "$limited" ]; then
+        row "$name" FAIL "a run failed; see $LOG"
+      else
+        ratio=$(awk -v a="$limited" -v b="$native" 'BEGIN { printf "%.3f", a / b }')
+        le "$bound" "$ratio" && v=PASS || v=FAIL
+        row "$name" $v "native $native/s, limited $limited/s, ratio $ratio (min $bound)"
+      fi
+    done
   else
     row "compute period: bench/compute/concurrency.cu" FAIL "nvcc failed; see $LOG"
   fi
