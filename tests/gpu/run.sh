@@ -309,13 +309,13 @@ PY
         continue
       fi
       median=$(echo $ratios | tr ' ' '\n' | sort -n | sed -n 2p)
-      detail="median ratio $median of $ratios(limited/native launches/s: $rates)"
+      detail="median ratio $median of ${ratios% } (limited/native launches/s: ${rates% })"
       if [ "$streams" != 1 ]; then
         row "$name" INFO "$detail"
       elif le 0.85 "$median"; then
-        row "$name" PASS "$detail(min 0.85)"
+        row "$name" PASS "$detail; min 0.85"
       else
-        row "$name" FAIL "$detail(min 0.85)"
+        row "$name" FAIL "$detail; min 0.85"
       fi
     done
   else
