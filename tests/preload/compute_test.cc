@@ -236,7 +236,9 @@ TEST_F(ComputeTest, TraceRecordsEveryLaunchTheRestsAndTheBusyIntervals) {
   int64_t x, y;
   while (in >> kind >> device >> x >> y) {
     EXPECT_EQ(device, 0);
-    if (kind != 'S') EXPECT_LE(x, y) << kind;  // S: time and duration
+    if (kind != 'S') {
+      EXPECT_LE(x, y) << kind;  // S: time and duration
+    }
     if (kind == 'L') {
       ++launches;
       first = std::min(first, x);
