@@ -106,8 +106,10 @@ ROW = {r.id: r for r in ROWS}
 DEFAULT_COLOCATED = "4x200us,matmul"
 DEFAULT_GROUPS = "30+60,30+30+30"
 # The GPU-bound configuration of bench/serving (about 40% busy natively on an H200), so that the
-# limits of 10 and 30 bind; its own window, as a server needs longer than a spin loop to settle.
-DEFAULT_SERVING_ARGS = "--warmup 2 --seconds 4 --layers 16 --d-model 4096 --heads 32"
+# limits of 10 and 30 bind; its own window, as a server needs longer than a spin loop to settle,
+# and 12 s: its native tokens/s spread ±17.3% between runs with 4 s windows, ±9.7% with 12 s (H200,
+# 2026-11-26), as requests of random lengths start and end inside the window.
+DEFAULT_SERVING_ARGS = "--warmup 2 --seconds 12 --layers 16 --d-model 4096 --heads 32"
 # A row busy less than this (native GPU-Util, %) is limited by its own demand, not the GPU: a
 # limit takes the part of its busy time above the limit (expected_share).
 DEMAND_UTIL = 90.0

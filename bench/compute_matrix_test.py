@@ -184,9 +184,9 @@ class Plan(unittest.TestCase):
         self.assertEqual([b[0][1] for b in blocks], ["1x5us", "train", "serving"])
         self.assertEqual([[st[2] for st in b] for b in blocks],
                          [[None, 30, 60, None], [None, 60, 30, None], [None, 30, 60, None]])  # every other reversed
-        self.assertEqual(s.serving_window, (2.0, 4.0))
+        self.assertEqual(s.serving_window, (2.0, 12.0))
         one = {"spin": 0.5 + 0.5 + 1.6 + cm.SPAWN_S, "torch": 7.0 + 0.5 + 1.6 + cm.SPAWN_S,
-               "serving": 25.0 + 2.0 + 4.0 + cm.SPAWN_S}
+               "serving": 25.0 + 2.0 + 12.0 + cm.SPAWN_S}
         expected = 1.0 + cm.BUILD_S + 4 * (one["spin"] + one["torch"] + one["serving"])
         self.assertAlmostEqual(cm.estimate_seconds(blocks, s), expected)
         # start-up seen: a row's own replaces its estimate; its kind's excess corrects the others'

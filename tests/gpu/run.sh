@@ -24,7 +24,7 @@
 #              (~10 s); the limited launch path's rate against native, 1 and 16 streams (~20 s)
 #   matrix     the compute limit's concurrency matrix: streams, host threads, processes, graphs,
 #              cuBLAS, training, serving when bench/serving/serve.py exists, co-located 30+60 and
-#              3 x 30 (bench/compute_matrix.py, ~10 min with serving: more than one device call;
+#              3 x 30 (bench/compute_matrix.py, ~11 min with serving: more than one device call;
 #              --quick: limits 30 and 60, ~6 min); VGPU_MATRIX_BUDGET=S passes --budget S (rows
 #              that would end later are not run), VGPU_MATRIX_ARGS="..." more options, e.g. one
 #              part per call ("--rows '1x*,2x*,4x*,8x*,16x*,4threads*,graph*,*procs*' --colocated
