@@ -3,8 +3,9 @@
 // VGPU_COMPUTE_TRACE=FILE; off, nothing is allocated and the launch path pays one branch.
 //
 // Records, all times CLOCK_MONOTONIC nanoseconds:
-//   L device start end   a launch: from the hook's entry (before admission) to after the real
-//                        launch returned, so end - start is the limiter's and the driver's time
+//   L device start end   a launch: from the hook's entry (before admission) to the end of its
+//                        bookkeeping after the real launch (marks, polls, ticks), so end - start
+//                        is the limiter's and the driver's time
 //   S device time wait   the launching thread goes to sleep for `wait` (a rest, a turn, a full
 //                        queue); a run starts at the first launch after a sleep
 //   B device begin end   an interval the tracker added to the container's busy union (the GPU

@@ -370,10 +370,10 @@ CUresult LaunchGuard::Finish(CUresult result) {
   if (device_ == nullptr) return result;
   const int64_t now = compute::SystemClock()->NowNs();
   device_->limiter.AfterLaunch(ticket_, result == CUDA_SUCCESS, now);
-  if (__builtin_expect(g_trace != nullptr, 0)) {
-    g_trace->Add(compute::ComputeTrace::kLaunch, device_->device, trace_start_ns_, now);
-  }
   MaybeTick(device_, now);
+  if (__builtin_expect(g_trace != nullptr, 0)) {  // the hook's whole time, its bookkeeping after the launch included
+    g_trace->Add(compute::ComputeTrace::kLaunch, device_->device, trace_start_ns_, compute::SystemClock()->NowNs());
+  }
   return result;
 }
 
