@@ -290,15 +290,16 @@ PY
     # three alternations of 1 s each, the median ratio of launch rates. Host-bound launch rates
     # vary by up to 30% between runs on the device machine (2026-11-26), hence the bound: 0.85 for
     # one stream; 16 streams (a begin, a mark and a timestamp per idle start of each) are shown.
+    rate_of() { sed -n 's/.*"rate": \([0-9.]*\).*/\1/p'; }  # concurrency's JSON line
     for streams in 1 16; do
       args=(run --streams "$streams" --kernel-us 2 --warmup 0.3 --seconds 1)
       ledger="$DETAIL/compute/launch-$streams.ledger"
       ratios="" rates=""
       for round in 1 2 3; do
         rm -f "$ledger"
-        native=$("$G/concurrency" "${args[@]}" 2>>"$LOG" | sed -n 's/.*"rate": \([0-9.]*\).*/\1/p')
+        native=$("$G/concurrency" "${args[@]}" 2>>"$LOG" | rate_of)
         limited=$(env LD_PRELOAD="$LIB" CUDA_DEVICE_SM_LIMIT=99 CUDA_DEVICE_MEMORY_SHARED_CACHE="$ledger" \
-          "$G/concurrency" "${args[@]}" 2>>"$LOG" | sed -n 's/.*"rate": \([0-9.]*\).*/\1/p')
+          "$G/concurrency" "${args[@]}" 2>>"$LOG" | rate_of)
         [ -n "$native" ] && [ -n "$limited" ] || { ratios=""; break; }
         ratios+="$(awk -v a="$limited" -v b="$native" 'BEGIN { printf "%.3f", a / b }') "
         rates+="${limited%.*}/${native%.*} "
