@@ -51,6 +51,12 @@ class ComputeLimiter {
   void Tick(int64_t now);
   void Reset(bool destroy_events);
 
+  // Called (if set) for every charge to the container's budget: a launch's estimate at its
+  // submission (measured = 0) and, per batch of completed intervals, what they measured against
+  // what was estimated for them (the clock is charged the difference). For VGPU_COMPUTE_TRACE.
+  using ChargeObserver = void (*)(void* context, int64_t now, int64_t estimated_ns, int64_t measured_ns);
+  void ObserveCharges(ChargeObserver observer, void* context);
+
   Controller* controller() const { return controller_; }
   BusyTracker* tracker() const { return tracker_; }
 
@@ -59,6 +65,8 @@ class ComputeLimiter {
 
   Controller* const controller_;
   BusyTracker* const tracker_;
+  ChargeObserver observer_ = nullptr;  // set before use (ObserveCharges)
+  void* observer_context_ = nullptr;
 };
 
 }  // namespace vgpu::compute

@@ -12,13 +12,13 @@ namespace vgpu::compute {
 ComputeTrace::ComputeTrace(size_t capacity)
     : records_(new (std::nothrow) Record[capacity]), capacity_(records_ != nullptr ? capacity : 0) {}
 
-void ComputeTrace::Add(Kind kind, int device, int64_t a, int64_t b) {
+void ComputeTrace::Add(Kind kind, int device, int64_t a, int64_t b, int64_t c) {
   const size_t i = next_.fetch_add(1, std::memory_order_relaxed);
   if (i >= capacity_) {
     dropped_.fetch_add(1, std::memory_order_relaxed);
     return;
   }
-  records_[i] = Record{a, b, device, kind};
+  records_[i] = Record{a, b, c, device, kind};
 }
 
 size_t ComputeTrace::records() const {
@@ -37,7 +37,12 @@ bool ComputeTrace::WriteTo(const std::string& path, std::string* error) const {
                static_cast<unsigned long long>(dropped()));
   for (size_t i = 0; i < n; ++i) {
     const Record& r = records_[i];
-    std::fprintf(f, "%c %d %lld %lld\n", r.kind, r.device, static_cast<long long>(r.a), static_cast<long long>(r.b));
+    if (r.kind == kCharge) {
+      std::fprintf(f, "%c %d %lld %lld %lld\n", r.kind, r.device, static_cast<long long>(r.a),
+                   static_cast<long long>(r.b), static_cast<long long>(r.c));
+    } else {
+      std::fprintf(f, "%c %d %lld %lld\n", r.kind, r.device, static_cast<long long>(r.a), static_cast<long long>(r.b));
+    }
   }
   const bool ok = std::fflush(f) == 0 && !std::ferror(f);
   if (std::fclose(f) != 0 || !ok) {

@@ -11,6 +11,11 @@
 //   B device begin end   an interval the tracker added to the container's busy union (the GPU
 //                        time of this process's kernels, on CLOCK_MONOTONIC through the clocks'
 //                        offset; needs the container's busy ring)
+//   C device time estimated measured
+//                        a charge to the container's budget clock: a launch's estimate at its
+//                        submission (measured 0), or a batch of completed intervals, which
+//                        measured `measured` of busy time for launches charged `estimated`
+//                        (the clock is corrected by the difference)
 //
 // Add() is lock-free (one atomic increment per record) and drops records once the buffer is full
 // (counted). WriteTo() is for exit time: it must not race with Add() for a complete file.
@@ -26,16 +31,16 @@ namespace vgpu::compute {
 
 class ComputeTrace {
  public:
-  enum Kind : char { kLaunch = 'L', kSleep = 'S', kBusy = 'B' };
-  static constexpr size_t kDefaultCapacity = size_t{1} << 21;  // records (48 MiB, touched as used)
+  enum Kind : char { kLaunch = 'L', kSleep = 'S', kBusy = 'B', kCharge = 'C' };
+  static constexpr size_t kDefaultCapacity = size_t{1} << 21;  // records (64 MiB, touched as used)
 
   explicit ComputeTrace(size_t capacity = kDefaultCapacity);
   ComputeTrace(const ComputeTrace&) = delete;
   ComputeTrace& operator=(const ComputeTrace&) = delete;
 
-  void Add(Kind kind, int device, int64_t a, int64_t b);
+  void Add(Kind kind, int device, int64_t a, int64_t b, int64_t c = 0);  // c: kCharge's third value
   // Writes "# vgpu compute trace 1: N records, D dropped" and one line per record
-  // ("L 0 123 456"), in the order they were added. False (and *error) when the file cannot be
+  // ("L 0 123 456", "C 0 123 456 789"), in the order they were added. False (and *error) when the file cannot be
   // written.
   bool WriteTo(const std::string& path, std::string* error) const;
 
@@ -46,6 +51,7 @@ class ComputeTrace {
   struct Record {
     int64_t a;
     int64_t b;
+    int64_t c;
     int32_t device;
     char kind;
   };

@@ -74,9 +74,14 @@ ledger::Board* g_board = nullptr;     // the node-wide board, or nullptr (priori
 compute::ComputeTrace* g_trace = nullptr;  // VGPU_COMPUTE_TRACE, or nullptr; never destroyed
 std::string* g_trace_path = nullptr;       // its file (%p replaced)
 
-// VGPU_COMPUTE_TRACE's records of a device's busy intervals and of its launching threads' sleeps.
+// VGPU_COMPUTE_TRACE's records of a device's busy intervals, charges and launching threads' sleeps.
 void TraceInterval(void* context, int64_t begin_ns, int64_t end_ns) {
   g_trace->Add(compute::ComputeTrace::kBusy, static_cast<DeviceLimiter*>(context)->device, begin_ns, end_ns);
+}
+
+void TraceCharge(void* context, int64_t now, int64_t estimated_ns, int64_t measured_ns) {
+  g_trace->Add(compute::ComputeTrace::kCharge, static_cast<DeviceLimiter*>(context)->device, now, estimated_ns,
+               measured_ns);
 }
 
 class TraceSleeper final : public compute::Sleeper {
@@ -158,7 +163,10 @@ DeviceLimiter* CreateLocked(Registry& r, int device, CUcontext ctx) {
   auto* created = new (std::nothrow) DeviceLimiter(device, ledger->ComputeState(device), ledger->ComputeBusy(device),
                                                    LimitsOf(*ledger, device), ctx, uuid, board, turn, options);
   if (created == nullptr) return nullptr;
-  if (g_trace != nullptr) created->tracker.ObserveIntervals(TraceInterval, created);
+  if (g_trace != nullptr) {
+    created->tracker.ObserveIntervals(TraceInterval, created);
+    created->limiter.ObserveCharges(TraceCharge, created);
+  }
   VGPU_INFO("compute limit %d%% (soft %d%%, priority %d, runs of share x %lld ms) on ledger device %d (%s)",
             ledger->SmLimit(device), ledger->SmSoftLimit(device), ledger->TaskPriority(),
             static_cast<long long>(g_period_ns / 1'000'000), device, uuid.c_str());

@@ -228,15 +228,19 @@ TEST_F(ComputeTest, TraceRecordsEveryLaunchTheRestsAndTheBusyIntervals) {
   std::getline(in, header);
   EXPECT_EQ(header.rfind("# vgpu compute trace 1: ", 0), 0u) << header;
   EXPECT_NE(header.find(", 0 dropped"), std::string::npos) << header;
-  uint64_t launches = 0, sleeps = 0;
-  int64_t first = INT64_MAX, last = INT64_MIN, busy = 0, sleep_ns = 0;
+  uint64_t launches = 0, sleeps = 0, estimates = 0;
+  int64_t first = INT64_MAX, last = INT64_MIN, busy = 0, sleep_ns = 0, measured = 0;
   int64_t busy_first = INT64_MAX, busy_last = INT64_MIN;
-  char kind;
-  int device;
-  int64_t x, y;
-  while (in >> kind >> device >> x >> y) {
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    char kind = 0;
+    int device = -1;
+    int64_t x = 0, y = 0, z = 0;
+    ASSERT_TRUE(fields >> kind >> device >> x >> y) << line;
+    if (kind == 'C') ASSERT_TRUE(fields >> z) << line;  // C: time, estimated, measured
     EXPECT_EQ(device, 0);
-    if (kind != 'S') {
+    if (kind != 'S' && kind != 'C') {
       EXPECT_LE(x, y) << kind;  // S: time and duration
     }
     if (kind == 'L') {
@@ -251,6 +255,14 @@ TEST_F(ComputeTest, TraceRecordsEveryLaunchTheRestsAndTheBusyIntervals) {
       busy += y - x;
       busy_first = std::min(busy_first, x);
       busy_last = std::max(busy_last, y);
+    } else if (kind == 'C') {
+      EXPECT_GE(y, 0) << line;
+      EXPECT_GE(z, 0) << line;
+      if (z == 0) {
+        ++estimates;  // a launch's estimate at submission
+      } else {
+        measured += z;  // completed intervals
+      }
     } else {
       ADD_FAILURE() << "unknown record " << kind;
     }
@@ -263,6 +275,11 @@ TEST_F(ComputeTest, TraceRecordsEveryLaunchTheRestsAndTheBusyIntervals) {
               static_cast<unsigned long long>(sleeps), sleep_share, busy_share);
   EXPECT_EQ(launches, a.kernels);
   EXPECT_GT(sleeps, 0u);
+  // Every launch after the first few is charged an estimate; what the completed intervals
+  // measured is the busy time the B records hold.
+  EXPECT_GE(estimates, a.kernels / 2);
+  EXPECT_LE(estimates, a.kernels);
+  EXPECT_NEAR(static_cast<double>(measured), static_cast<double>(busy), 0.05 * static_cast<double>(busy));
   EXPECT_NEAR(busy_share, 30, 2 * kTolerance);
   // The same clock: the GPU's intervals fall within the launches' span (and the final drain).
   EXPECT_GE(busy_first, first - 1'000'000);
