@@ -156,7 +156,10 @@ TEST(AccuracyTest, WorkloadBelowItsLimitIsNotSlowedDown) {
 }
 
 TEST(AccuracyTest, BurstyWorkloadGetsItsShareWhileActive) {
-  // On for 1 s, off for 1 s (two threads taking turns); measured during the on phases.
+  // On for 1 s, off for 1 s (three threads taking turns); measured during the on phases. The
+  // first phase starts without credit; the later ones spend what the off phase banked first
+  // (max_credit_busy_ns, 100 ms of busy time: gone ~143 ms into the phase at 30%), then hold
+  // the share.
   Simulation sim;
   ContainerSpec spec;
   spec.limits = ComputeLimits::FromPercent(30, 0, 1);
@@ -170,11 +173,16 @@ TEST(AccuracyTest, BurstyWorkloadGetsItsShareWhileActive) {
     sim.AddThread(p, w);
   }
   sim.RunUntil(6 * kSec);
+  const double credit = 100.0 * static_cast<double>(ControllerOptions().max_credit_busy_ns) / kSec;
+  EXPECT_NEAR(100 * sim.ContainerShare(c, 0, kSec), 30, 3);
   for (int phase = 0; phase < 3; ++phase) {
     int64_t on = phase * 2 * kSec;
-    EXPECT_NEAR(100 * sim.ContainerShare(c, on + 100 * kMs, on + kSec), 30, 3) << phase;
+    EXPECT_NEAR(100 * sim.ContainerShare(c, on + 200 * kMs, on + kSec), 30, 3) << phase;
+    // At most the share and the credit, give or take a run (15 ms at 30 of 50 ms periods)
+    EXPECT_LE(100 * sim.ContainerShare(c, on, on + kSec), 30 + credit + 2) << phase;
     EXPECT_LT(100 * sim.ContainerShare(c, on + kSec + 50 * kMs, on + 2 * kSec), 1) << phase;
   }
+  EXPECT_GT(100 * sim.ContainerShare(c, 2 * kSec, 3 * kSec), 30 + credit / 2);  // the bank was spent
 }
 
 TEST(AccuracyTest, ConcurrentStreamsOfOneProcessShareItsLimit) {

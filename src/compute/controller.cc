@@ -231,7 +231,9 @@ void Controller::Charge(int64_t busy_ns, int64_t now) {
   int64_t v = state_->vclock_ns.load(kRelaxed);
   int64_t next;
   do {
-    next = std::min(std::max(std::max(v, floor) + delta, floor), ceiling);
+    // A clock never charged (0) banks nothing: a container starts without credit.
+    const int64_t base = v == 0 ? now : std::max(v, floor);
+    next = std::min(std::max(base + delta, floor), ceiling);
   } while (!state_->vclock_ns.compare_exchange_weak(v, next, kRelaxed, kRelaxed));
 }
 

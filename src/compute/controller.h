@@ -10,8 +10,8 @@
 //   V - now (proportional to the debt, at most max_sleep_ns per sleep) and asks again. Charges
 //   are estimates at submission plus corrections (measured - estimated) after completion, so the
 //   long-run busy/elapsed is exactly s for a saturating workload whatever the kernel sizes. The
-//   credit bound (banked budget after idleness, at most max_credit_busy_ns of busy time) and the
-//   debt bound keep old history from dominating.
+//   credit bound (banked budget after idleness, at most max_credit_busy_ns of busy time; none
+//   before the first charge) and the debt bound keep old history from dominating.
 //   Feedback (PI). Every update_period_ns one process (elected by CAS) updates the share actually
 //   applied: rate = target * (1 + kp*e + I), I += ki*e*dt, e = (target - measured)/target, where
 //   measured is the reference share when the injected signals provide one (e.g. NVML per-process
@@ -90,8 +90,13 @@ struct ControllerOptions {
   int64_t update_period_ns = 20'000'000;
   int64_t admit_ahead_ns = 2'000'000;           // debt tolerated at admission (burst size)
   int64_t max_sleep_ns = 20'000'000;            // one wait is at most this
-  int64_t max_credit_busy_ns = 20'000'000;      // banked budget, in busy time (2% of a second)
-  int64_t max_credit_wall_ns = 200'000'000;     // ... and never more than this much wall time
+  // Banked budget (credit): a container that used less than its share may run above it until
+  // this much busy time is spent, so that a server's bursts (a prefill, a batch of requests) need
+  // not wait while its average is below the limit. The price: any window of T seconds holds at
+  // most share x T + the credit (+10 points of a second's average). A container starts without
+  // credit: a saturating one never has any.
+  int64_t max_credit_busy_ns = 100'000'000;
+  int64_t max_credit_wall_ns = 500'000'000;     // ... and never more than this much wall time
   int64_t max_debt_ns = 5'000'000'000;          // debt beyond this is forgiven
   int64_t share_window_ns = 1'000'000'000;      // EWMA window of the measured share
   double kp = 0.1;                              // proportional gain (relative error)

@@ -86,12 +86,24 @@ TEST(ControllerTest, IdleTimeBanksOnlyBoundedCredit) {
   c.AdmitDelayNs(kStart);
   c.Charge(1 * kMs, kStart);
   int64_t later = kStart + 10 * kSec;  // idle for 10 s
-  c.Charge(50 * kMs, later);           // credit is 30 ms of busy time (100 ms of wall time)
-  int64_t credit_wall = options.max_credit_busy_ns * 10 / 3;
+  int64_t credit_wall = std::min(options.max_credit_busy_ns * 10 / 3, options.max_credit_wall_ns);
+  ASSERT_LT(credit_wall, 10 * kSec);
+  c.Charge(50 * kMs, later);  // the credit is at most max_credit_busy_ns / 30%, or the wall bound
   EXPECT_NEAR(static_cast<double>(state.vclock_ns.load() - later),
               static_cast<double>(50 * kMs * 10 / 3 - credit_wall), 10.0);
   c.Charge(-10 * kSec, later);  // a huge refund cannot bank more than the credit either
   EXPECT_EQ(state.vclock_ns.load(), later - credit_wall);
+}
+
+// Credit is budget left unused: a container that never ran has none, so a saturating start gets
+// its share from the first launch (with a full bank, a 1.5 s run at 60 read 66.7).
+TEST(ControllerTest, AContainerStartsWithoutCredit) {
+  ComputeShareState state{};
+  Controller c(&state, nullptr, nullptr, Bursts(), Limits(50));
+  EXPECT_EQ(c.AdmitDelayNs(kStart), 0);
+  c.Charge(3 * kMs, kStart);
+  EXPECT_EQ(state.vclock_ns.load(), kStart + 6 * kMs);
+  EXPECT_EQ(c.AdmitDelayNs(kStart), 6 * kMs);
 }
 
 TEST(ControllerTest, UnlimitedNeverWaitsAndChargesNothing) {
