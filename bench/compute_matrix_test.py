@@ -146,6 +146,7 @@ class Args:
         self.groups, self.colocated = cm.DEFAULT_GROUPS, cm.DEFAULT_COLOCATED
         self.period, self.budget, self.serve_script = None, None, "/nonexistent/serve.py"
         self.serving_args, self.workload_cmd, self.clock_spin = cm.DEFAULT_SERVING_ARGS, None, False
+        self.serving_cpus = "all"
         self.__dict__.update(kw)
 
 
@@ -213,11 +214,28 @@ class Plan(unittest.TestCase):
                            (dict(groups="30"), "--groups '30'"), (dict(groups="30+abc"), "'abc'"),
                            (dict(colocated="nope"), "--colocated 'nope'"), (dict(colocated="serving"), "serving"),
                            (dict(budget=0.0), "--budget 0"), (dict(seconds=0.0), "--seconds 0"),
-                           (dict(serving_args="--warmup 'x"), "--serving-args"), (dict(period="3x"), "--period '3x'")):
+                           (dict(serving_args="--warmup 'x"), "--serving-args"), (dict(period="3x"), "--period '3x'"),
+                           (dict(serving_cpus="0-x"), "--serving-cpus '0-x'"),
+                           (dict(serving_cpus="7-0"), "runs backwards")):
             with self.subTest(kw=kw):
                 with self.assertRaises(ValueError) as e:
                     settings(**kw)
                 self.assertIn(needle, str(e.exception))
+
+    def test_serving_cpus(self):
+        def fail(msg):
+            raise ValueError(msg)
+        self.assertEqual(cm.serving_cpus("auto", fail, allowed=list(range(16)), have_taskset=True), "0,1,2,3,4,5,6,7")
+        self.assertEqual(cm.serving_cpus("auto", fail, allowed=[2, 3, 5, 8, 9, 10, 11, 12], have_taskset=True),
+                         "2,3,5,8")
+        self.assertIsNone(cm.serving_cpus("auto", fail, allowed=list(range(4)), have_taskset=True))
+        self.assertIsNone(cm.serving_cpus("auto", fail, allowed=list(range(16)), have_taskset=False))
+        self.assertIsNone(cm.serving_cpus("all", fail))
+        self.assertEqual(cm.serving_cpus("0-7,9", fail), "0-7,9")
+        s = settings(serving_cpus="0-3", serve_script=__file__, rows="serving")
+        runner = cm.MatrixRunner(s, None, None, None)
+        self.assertEqual(runner.command("serving")[:4], ["taskset", "-c", "0-3", sys.executable])
+        self.assertNotIn("taskset", runner.command("1x5us"))
 
     def test_dry_run_prints_plan_and_commands(self):
         r = subprocess.run([sys.executable, os.path.join(HERE, "compute_matrix.py"), "--library", "lib.so",
