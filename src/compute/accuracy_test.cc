@@ -185,6 +185,26 @@ TEST(AccuracyTest, BurstyWorkloadGetsItsShareWhileActive) {
   EXPECT_GT(100 * sim.ContainerShare(c, 2 * kSec, 3 * kSec), 30 + credit / 2);  // the bank was spent
 }
 
+// A server below its limit on average: bursts of 150 ms of work, each waited for, then 195 ms of
+// host time (43% busy alone), at a limit of 60. The banked credit lets its bursts through; with
+// 20 ms of credit (the bound until 2026-11-26) it did 0.90 of its native work.
+TEST(AccuracyTest, BurstsOfAServerBelowItsLimitPassThrough) {
+  WorkloadSpec w;
+  w.kernels_ns = {1 * kMs};
+  w.sync_every = 150;
+  w.think_after_sync_ns = 195 * kMs;
+  const Outcome natural = RunAlone(w, 0, 1 * kSec, 11 * kSec, /*use_limiter=*/false);
+  ASSERT_NEAR(natural.share, 43.5, 2.0);
+  const Outcome limited = RunAlone(w, 60, 1 * kSec, 11 * kSec);
+  EXPECT_GE(limited.share / natural.share, 0.97) << limited.share << " of " << natural.share;
+  ControllerOptions small;
+  small.max_credit_busy_ns = 20 * kMs;
+  const Outcome small_credit = RunAlone(w, 60, 1 * kSec, 11 * kSec, true, small);
+  std::printf("server bursts at 60: native %.1f%%, limited %.1f%%, with 20 ms of credit %.1f%%\n", natural.share,
+              limited.share, small_credit.share);
+  EXPECT_LT(small_credit.share / natural.share, 0.95) << small_credit.share << " of " << natural.share;
+}
+
 TEST(AccuracyTest, ConcurrentStreamsOfOneProcessShareItsLimit) {
   WorkloadSpec w;
   w.kernels_ns = {1 * kMs, 20 * kUs};
