@@ -186,8 +186,8 @@ TEST(AccuracyTest, BurstyWorkloadGetsItsShareWhileActive) {
 }
 
 // A server below its limit on average: bursts of 150 ms of work, each waited for, then 195 ms of
-// host time (43% busy alone), at a limit of 60. The banked credit lets its bursts through; with
-// 20 ms of credit (the bound until 2026-11-26) it did 0.90 of its native work.
+// host time (43% busy alone), at a limit of 60. The banked credit lets its bursts through (1.00 of
+// its native work); with 20 ms of credit (the bound until 2026-11-26) it does 0.87.
 TEST(AccuracyTest, BurstsOfAServerBelowItsLimitPassThrough) {
   WorkloadSpec w;
   w.kernels_ns = {1 * kMs};

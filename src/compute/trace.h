@@ -40,8 +40,8 @@ class ComputeTrace {
 
   void Add(Kind kind, int device, int64_t a, int64_t b, int64_t c = 0);  // c: kCharge's third value
   // Writes "# vgpu compute trace 1: N records, D dropped" and one line per record
-  // ("L 0 123 456", "C 0 123 456 789"), in the order they were added. False (and *error) when the file cannot be
-  // written.
+  // ("L 0 123 456", "C 0 123 456 789"), in the order they were added. False (and *error) when
+  // the file cannot be written.
   bool WriteTo(const std::string& path, std::string* error) const;
 
   size_t records() const;
