@@ -7,7 +7,8 @@ Usage: python3 bench/compute/trace_report.py --bench FILE [--library FILE]
   --bench FILE     bench/compute/concurrency.cu's --trace: each batch's completion time on the
                    GPU (K lines), the ends of its own pauses (P, --pause) and the window (W)
   --library FILE   libvgpu.so's VGPU_COMPUTE_TRACE of the same run: launches (L), sleeps of the
-                   launching threads (S) and the busy intervals the limiter measured (B)
+                   launching threads (S) and the busy intervals the limiter measured (B); its
+                   charges (C) are not read here
   --native-rate R  the workload's native throughput, kernels/s; or
   --native FILE    a native run's --trace (its rate over its window)
   --min-rest-ms M  sleeps adding up to at least M ms between two launches are a rest (default 1;

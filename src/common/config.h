@@ -116,8 +116,8 @@ struct Config {
   // VGPU_COMPUTE_PERIOD: a limited process runs share x period, then rests (docs/compute.md);
   // 0 = no runs, bursts launch by launch.
   int64_t compute_period_ms = kDefaultComputePeriodMs;
-  // VGPU_COMPUTE_TRACE: the limiter's launches, sleeps and busy intervals are written there at
-  // exit (compute/trace.h); "%p" is the pid. Empty: no trace.
+  // VGPU_COMPUTE_TRACE: the limiter's launches, sleeps, busy intervals and charges are written
+  // there at exit (compute/trace.h); "%p" is the pid. Empty: no trace.
   std::string compute_trace_path;
   std::vector<std::string> device_uuids;  // GPU_DEVICES_UUID, in CUDA ordinal order, validated
   LogLevel log_level = LogLevel::kError;  // default: errors only

@@ -15,8 +15,8 @@
 // never tracked nor throttled (their launches run when the graph is launched). The per-thread
 // default stream is keyed per thread, and its marks are recorded only from its own thread.
 //
-// VGPU_COMPUTE_TRACE: each launch, sleep and busy interval is recorded (compute/trace.h) and the
-// trace written at exit; off, a launch pays one branch.
+// VGPU_COMPUTE_TRACE: each launch, sleep, busy interval and charge is recorded (compute/trace.h)
+// and the trace written at exit; off, a launch pays one branch.
 //
 // No thread: completions are polled from launches and synchronisations (Tick at most every 2 ms).
 // After fork() the child forgets the parent's limiters (it must call cuInit again anyway).
