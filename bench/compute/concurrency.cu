@@ -8,7 +8,7 @@
 //   concurrency run --kernel-us K [--streams S] [--threads T] [--blocks-per-sm F]
 //                   [--graph-branches B --graph-depth L] [--warmup W] [--seconds D]
 //                   [--barrier DIR NAME] [--clock-spin] [--host-ns N] [--trace FILE]
-//                   [--pause RUN_MS IDLE_MS] [--mark-every N [--query-every M]]
+//                   [--pause RUN_MS IDLE_MS] [--mark-every N [--query-every M]] [--host-times]
 //     --kernel-us      run time of one kernel alone at the maximum SM clock (WorkKernel: a
 //                      chain of dependent loads, sized by IterationsPerUs); it needs that much
 //                      GPU time whoever else runs, so kernels/s is work done also when contexts
@@ -33,12 +33,17 @@
 //                      RUN_MS of launches, wherever it is in a batch (as a limiter's rest does)
 //     --mark-every N   record a timing event on the stream after every N kernels (as a limiter's
 //                      marks do); --query-every M asks about the latest one after every M kernels
+//     --host-times     time the launching threads' launch calls and their blocking waits for a
+//                      batch inside the window (two clock readings per call): adds launch_us (host
+//                      time per launch call) and wait_share (share of the launching threads' window
+//                      spent blocked in cudaEventSynchronize) to the JSON line
 //   Prints one JSON line: kernels, seconds, rate (kernels/s), kernel_us, concurrency
 //   (rate x kernel time: kernels running at once on average), kernel ("work" or "clock-spin"),
 //   per_kernel (its iterations or cycles), t_start, t_end.
 // Every CUDA return code is checked (exit 2). Clocks are never changed.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cmath>
@@ -70,6 +75,7 @@ struct Options {
   std::string trace_path;
   double pause_run_s = 0, pause_idle_s = 0;
   int mark_every = 0, query_every = 0;
+  bool host_times = false;
 };
 
 struct Shared {
@@ -79,6 +85,8 @@ struct Shared {
   long long host_ns = 0;     // --host-ns: spin this long after each launch
   double pause_run_s = 0, pause_idle_s = 0;  // --pause
   int mark_every = 0, query_every = 0;       // --mark-every, --query-every
+  bool host_times = false;                   // --host-times: the sums below, inside the window
+  std::atomic<long long> launch_ns{0}, launch_calls{0}, wait_ns{0};
   bool trace = false;                        // --trace: timing events per batch
   cudaEvent_t ref = nullptr;                 // ... measured against this one, recorded at
   double ref_s = 0;                          // CLOCK_MONOTONIC ref_s
@@ -104,13 +112,26 @@ struct Lane {
   int head = 0, inflight = 0;
 };
 
-void LaunchKernel(const Shared& sh, cudaStream_t stream) {
+// A call's host time when --host-times and the window is open (else no clock is read).
+struct HostTimer {
+  explicit HostTimer(const Shared& sh)
+      : start(sh.host_times && sh.phase.load(std::memory_order_relaxed) == 1 ? Monotonic() : 0) {}
+  long long ElapsedNs() const { return start > 0 ? static_cast<long long>((Monotonic() - start) * 1e9) : 0; }
+  double start;
+};
+
+void LaunchKernel(Shared& sh, cudaStream_t stream) {
+  const HostTimer timer(sh);
   if (sh.clock_spin) {
     SpinKernel<<<sh.grid, 256, 0, stream>>>(sh.cycles, sh.sink);
   } else {
     WorkKernel<<<sh.grid, 256, 0, stream>>>(sh.iterations, 0, sh.sink, nullptr);
   }
   CHECK(cudaGetLastError());
+  if (timer.start > 0) {
+    sh.launch_ns.fetch_add(timer.ElapsedNs(), std::memory_order_relaxed);
+    sh.launch_calls.fetch_add(1, std::memory_order_relaxed);
+  }
   if (sh.host_ns > 0) {
     const double until = Monotonic() + sh.host_ns * 1e-9;
     while (Monotonic() < until) {
@@ -169,7 +190,9 @@ bool Retire(Shared& sh, Lane& lane, bool wait) {
   if (lane.inflight == 0) return false;
   cudaEvent_t ev = lane.events[lane.head];
   if (wait) {
+    const HostTimer timer(sh);
     CHECK(cudaEventSynchronize(ev));
+    sh.wait_ns.fetch_add(timer.ElapsedNs(), std::memory_order_relaxed);
   } else {
     cudaError_t e = cudaEventQuery(ev);
     if (e == cudaErrorNotReady) return false;
@@ -255,6 +278,7 @@ bool ParseArgs(int argc, char** argv, Options* o) {
     else if (a == "--seconds") o->seconds = atof(next("--seconds"));
     else if (a == "--clock-spin") o->clock_spin = true;
     else if (a == "--host-ns") o->host_ns = atoll(next("--host-ns"));
+    else if (a == "--host-times") o->host_times = true;
     else if (a == "--trace") o->trace_path = next("--trace");
     else if (a == "--pause") {
       o->pause_run_s = atof(next("--pause")) * 1e-3;
@@ -328,7 +352,7 @@ int main(int argc, char** argv) {
   if (argc < 2 || strcmp(argv[1], "run") != 0) {
     fprintf(stderr, "usage: concurrency run --kernel-us K [--streams S] [--threads T] [--blocks-per-sm F] "
                     "[--graph-branches B --graph-depth L] [--warmup W] [--seconds D] [--barrier DIR NAME] [--clock-spin] "
-                    "[--host-ns N] [--trace FILE] [--pause RUN_MS IDLE_MS] [--mark-every N [--query-every M]]\n");
+                    "[--host-ns N] [--trace FILE] [--pause RUN_MS IDLE_MS] [--mark-every N [--query-every M]] [--host-times]\n");
     return 2;
   }
   Options o;
@@ -340,6 +364,7 @@ int main(int argc, char** argv) {
   sh.sink = probe.sink;
   sh.clock_spin = o.clock_spin;
   sh.host_ns = o.host_ns;
+  sh.host_times = o.host_times;
   sh.pause_run_s = o.pause_run_s;
   sh.pause_idle_s = o.pause_idle_s;
   sh.mark_every = o.mark_every;
@@ -388,7 +413,14 @@ int main(int argc, char** argv) {
   const double seconds = sh.t_end - sh.t_start;
   const long long kernels = sh.counted.load();
   const double rate = kernels / seconds;
-  printf("{\"kernels\": %lld, \"seconds\": %.6f, \"rate\": %.3f, \"kernel_us\": %.3f, \"concurrency\": %.4f, "
+  if (o.host_times) {  // the JSON line goes on below
+    const long long calls = std::max(1LL, sh.launch_calls.load());
+    printf("{\"launch_us\": %.3f, \"wait_share\": %.4f, ", sh.launch_ns.load() * 1e-3 / calls,
+           sh.wait_ns.load() * 1e-9 / (seconds * threads));
+  } else {
+    printf("{");
+  }
+  printf("\"kernels\": %lld, \"seconds\": %.6f, \"rate\": %.3f, \"kernel_us\": %.3f, \"concurrency\": %.4f, "
          "\"streams\": %d, \"threads\": %d, \"graph_branches\": %d, \"kernel\": \"%s\", \"per_kernel\": %lld, "
          "\"t_start\": %.6f, \"t_end\": %.6f}\n",
          kernels, seconds, rate, o.kernel_us, rate * o.kernel_us * 1e-6, lanes_total, threads, o.graph_branches,
