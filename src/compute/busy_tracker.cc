@@ -251,6 +251,7 @@ int64_t BusyTracker::AfterLaunch(const LaunchTicket& ticket, bool launched, int6
     st.tail_launches += 1;
     st.tail_estimate_ns += estimate;
     st.last_launch_ns = now;
+    st.last_launch_seq = ++launch_seq_;
     if (st.tail_launches >= st.mark_interval || now - st.last_mark_ns >= options_.max_mark_age_ns) {
       MarkTailLocked(st, now);
     }
@@ -272,13 +273,29 @@ void BusyTracker::Flush(int64_t now) {
 
 PollResult BusyTracker::Tick(int64_t now) {
   std::lock_guard<std::mutex> lock(mu_);
+  PollResult result = PollLocked(now);  // first: what completed no longer counts as queued
   for (StreamState& st : slots_) {
-    if (st.in_use && !st.retired && st.tail_launches > 0 &&
-        now - st.last_launch_ns >= options_.tick_flush_age_ns) {
+    if (st.in_use && !st.retired && st.tail_launches > 0 && now - st.last_launch_ns >= TickFlushAgeLocked(st)) {
       MarkTailLocked(st, now);
     }
   }
-  return PollLocked(now);
+  return result;
+}
+
+// How old a tail must be before Tick closes it: a stream that may have run dry needs its mark
+// soon (else the idle time after its last launch counts as busy), but a mark behind other
+// streams' later launches holds back those of them that share its hardware queue until the
+// tail completes. So a tail that is not the last thing launched is left open until its queue may
+// be about to run dry: tick_flush_margin_ns before the launches unfinished at its last launch
+// are drained at the rate it drains, but no longer than max_tick_flush_delay_ns (an estimate too
+// long). Its mark may then come after the queue ran dry, which only counts as busy what other
+// streams did not keep busy anyway.
+int64_t BusyTracker::TickFlushAgeLocked(const StreamState& st) const {
+  if (st.last_launch_seq == launch_seq_) return options_.tick_flush_age_ns;  // nothing behind it
+  const double drain_ns = static_cast<double>(st.pending_launches + st.tail_launches) * QueuedCostLocked(st);
+  const double wait_ns = std::min(drain_ns - static_cast<double>(options_.tick_flush_margin_ns),
+                                  static_cast<double>(options_.max_tick_flush_delay_ns));
+  return std::max(options_.tick_flush_age_ns, static_cast<int64_t>(wait_ns));
 }
 
 bool BusyTracker::HasPendingWork() const {

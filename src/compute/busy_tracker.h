@@ -92,7 +92,16 @@ struct BusyTrackerOptions {
   // A poll of 16 deep streams otherwise asks about each one's oldest mark every poll_period_ns.
   double poll_delay_fraction = 0.5;
   int64_t max_poll_delay_ns = 2'000'000;
-  int64_t tick_flush_age_ns = 200'000;     // Tick() closes tails whose last launch is this old
+  // Tick() closes a tail whose last launch is tick_flush_age_ns old. But a mark on a stream that
+  // other streams launched on since lands behind their launches, and on a GPU whose streams share
+  // hardware queues that costs concurrency (on an H200, 16 streams of 50 us kernels from one
+  // thread under a limit of 60: 55.3 with such marks 200 us after each tail, 57-58 without;
+  // docs/benchmarks.md, 2026-11-26). Such a tail is closed once its queue may be about to run
+  // dry: tick_flush_margin_ns before the time the queue needs to drain the launches unfinished at
+  // its last launch (at the rate it drains), and at most max_tick_flush_delay_ns after it.
+  int64_t tick_flush_age_ns = 200'000;
+  int64_t tick_flush_margin_ns = 1'000'000;
+  int64_t max_tick_flush_delay_ns = 10'000'000;
   int probe_launches = 2;                  // a new stream's window of unfinished launches
   int max_inflight_launches = 1024;        // the window never grows beyond this
   double max_cost_decay = 0.95;            // per interval: decaying maxima and the drain sums
@@ -181,8 +190,10 @@ class BusyTracker {
   // Records a mark behind every stream's unmarked launches (before a throttle sleep, before a
   // synchronising call: the points where streams run dry).
   void Flush(int64_t now);
-  // Periodic housekeeping from a background thread (optional): polls, and closes tails whose last
-  // launch is older than tick_flush_age_ns. Returns what the poll found.
+  // Periodic housekeeping from a background thread (optional): polls, and closes the tails of
+  // streams that may have run dry (their last launch tick_flush_age_ns old; behind other streams'
+  // launches, also their queue's drain time less tick_flush_margin_ns). Returns what the poll
+  // found.
   PollResult Tick(int64_t now);
   // True when some launch is still unmeasured (work may be in flight).
   bool HasPendingWork() const;
@@ -240,6 +251,7 @@ class BusyTracker {
     int32_t tail_launches = 0;       // launches after last_event
     int64_t tail_estimate_ns = 0;
     int64_t last_launch_ns = 0;
+    uint64_t last_launch_seq = 0;    // launch_seq_ at its last launch
     int64_t last_mark_ns = 0;
     int32_t mark_interval = 1;       // K
     int32_t pending_launches = 0;    // launches covered by `pending`
@@ -279,6 +291,7 @@ class BusyTracker {
   // busy_ns: what the interval added to the union; span_ns: its own length (>= 0).
   void LearnLocked(StreamState& st, const PendingMark& mark, int64_t busy_ns, int64_t span_ns);
   double QueuedCostLocked(const StreamState& st) const;
+  int64_t TickFlushAgeLocked(const StreamState& st) const;
   void DropPendingLocked(StreamState& st, PollResult* result);
   PollResult PollLocked(int64_t now);
   void PruneUnionLocked();
@@ -305,6 +318,7 @@ class BusyTracker {
   bool has_anchor_ = false;                        // guarded by mu_
   int64_t anchor_time_ns_ = 0;                     // guarded by mu_
   int64_t last_poll_ns_ = 0;                       // guarded by mu_
+  uint64_t launch_seq_ = 0;                        // launches on any stream; guarded by mu_
   double default_estimate_ns_ = 0;                 // guarded by mu_
   bool has_default_estimate_ = false;              // guarded by mu_
   bool events_exhausted_ = false;                  // guarded by mu_

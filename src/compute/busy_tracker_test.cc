@@ -286,6 +286,40 @@ TEST(BusyTrackerTest, FlushBeforeGoingIdleKeepsTheGapOut) {
   }
 }
 
+// Tick closes a tail tick_flush_age_ns after its last launch when nothing was launched after
+// it; a tail that another stream launched behind (its mark would land behind that launch) only
+// once its queue may be about to run dry: its drain time less tick_flush_margin_ns. The mark
+// still comes before the stream runs dry, so the busy time stays exact.
+TEST(BusyTrackerTest, TickClosesATailBehindOtherLaunchesOnlyWhenItMayRunDry) {
+  for (bool other_launch : {false, true}) {
+    SCOPED_TRACE(other_launch ? "another stream launched after the tail" : "the tail launched last");
+    Rig rig;
+    for (int round = 0; round < 4; ++round) {  // the stream's drain rate: 100 us per launch
+      for (int i = 0; i < 37; ++i) ASSERT_TRUE(rig.Launch(rig.s0, 100 * kUs));
+      rig.tracker.Flush(rig.now);
+      rig.Advance(10 * kMs);
+      rig.Measured();
+    }
+    for (int i = 0; i < 37; ++i) ASSERT_TRUE(rig.Launch(rig.s0, 100 * kUs));  // 3.7 ms queued
+    const int64_t last_launch = rig.now;
+    if (other_launch) {
+      ASSERT_TRUE(rig.Launch(rig.s1, 100 * kUs));  // marked at once (idle stream)
+    }
+    const int64_t marks = rig.tracker.stats().marks;
+    rig.Advance(BusyTrackerOptions().tick_flush_age_ns + 100 * kUs);
+    rig.result.Add(rig.tracker.Tick(rig.now));
+    if (other_launch) {
+      EXPECT_EQ(rig.tracker.stats().marks, marks);  // left open
+      rig.Advance(last_launch + 3 * kMs - rig.now);  // 0.7 ms of work left, less than the margin
+      rig.result.Add(rig.tracker.Tick(rig.now));
+    }
+    EXPECT_EQ(rig.tracker.stats().marks, marks + 1);
+    rig.Advance(20 * kMs);
+    EXPECT_NEAR(rig.Measured(), rig.Truth(), 1 * kUs);
+    EXPECT_EQ(rig.Truth(), 5 * 37 * 100 * kUs);
+  }
+}
+
 TEST(BusyTrackerTest, EstimatesFollowTheMeasuredCostPerLaunch) {
   Rig rig;
   for (int i = 0; i < 20; ++i) {
