@@ -95,7 +95,7 @@ struct BusyTrackerOptions {
   // Tick() closes a tail whose last launch is tick_flush_age_ns old. But a mark on a stream that
   // other streams launched on since lands behind their launches, and on a GPU whose streams share
   // hardware queues that costs concurrency (on an H200, 16 streams of 50 us kernels from one
-  // thread under a limit of 60: 55.3 with such marks 200 us after each tail, 57-58 without;
+  // thread under a limit of 60: about 55 with such marks 200 us after each tail, 56.6-57.4 without;
   // docs/benchmarks.md, 2026-11-26). Such a tail is closed once its queue may be about to run
   // dry: tick_flush_margin_ns before the time the queue needs to drain the launches unfinished at
   // its last launch (at the rate it drains), and at most max_tick_flush_delay_ns after it.
