@@ -283,13 +283,13 @@ PollResult BusyTracker::Tick(int64_t now) {
 }
 
 // How old a tail must be before Tick closes it: a stream that may have run dry needs its mark
-// soon (else the idle time after its last launch counts as busy), but a mark behind other
-// streams' later launches holds back those of them that share its hardware queue until the
-// tail completes. So a tail that is not the last thing launched is left open until its queue may
-// be about to run dry: tick_flush_margin_ns before the launches unfinished at its last launch
-// are drained at the rate it drains, but no longer than max_tick_flush_delay_ns (an estimate too
-// long). Its mark may then come after the queue ran dry, which only counts as busy what other
-// streams did not keep busy anyway.
+// soon (else the idle time after its last launch counts as busy), but marks on streams that
+// others launched on since cost a GPU whose streams share hardware queues concurrency (measured,
+// not explained: docs/compute.md). So a tail that is not the last thing launched is left open
+// until its queue may be about to run dry: tick_flush_margin_ns before the launches unfinished at
+// its last launch are drained at the rate it drains, but no longer than max_tick_flush_delay_ns
+// (an estimate too long). Where the queue drains faster, the time from its end to the mark counts
+// as busy, which costs only where no other stream of the process kept the GPU busy meanwhile.
 int64_t BusyTracker::TickFlushAgeLocked(const StreamState& st) const {
   if (st.last_launch_seq == launch_seq_) return options_.tick_flush_age_ns;  // nothing behind it
   const double drain_ns = static_cast<double>(st.pending_launches + st.tail_launches) * QueuedCostLocked(st);

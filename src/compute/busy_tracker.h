@@ -92,13 +92,13 @@ struct BusyTrackerOptions {
   // A poll of 16 deep streams otherwise asks about each one's oldest mark every poll_period_ns.
   double poll_delay_fraction = 0.5;
   int64_t max_poll_delay_ns = 2'000'000;
-  // Tick() closes a tail whose last launch is tick_flush_age_ns old. But a mark on a stream that
-  // other streams launched on since lands behind their launches, and on a GPU whose streams share
-  // hardware queues that costs concurrency (on an H200, 16 streams of 50 us kernels from one
-  // thread under a limit of 60: about 55 with such marks 200 us after each tail, 56.6-57.4 without;
-  // docs/benchmarks.md, 2026-11-26). Such a tail is closed once its queue may be about to run
-  // dry: tick_flush_margin_ns before the time the queue needs to drain the launches unfinished at
-  // its last launch (at the rate it drains), and at most max_tick_flush_delay_ns after it.
+  // Tick() closes a tail whose last launch is tick_flush_age_ns old. But marks on streams that
+  // other streams launched on since, recorded while the thread fills those, cost throughput (on
+  // an H200, 16 streams of 50 us kernels from one thread under a limit of 60: about 55 with them
+  // 200 us after each tail, 56.6-57.4 without; why is not established, docs/compute.md). Such a
+  // tail is closed once its queue may be about to run dry: tick_flush_margin_ns before the time
+  // the queue needs to drain the launches unfinished at its last launch (at the rate it drains),
+  // and at most max_tick_flush_delay_ns after that launch.
   int64_t tick_flush_age_ns = 200'000;
   int64_t tick_flush_margin_ns = 1'000'000;
   int64_t max_tick_flush_delay_ns = 10'000'000;
