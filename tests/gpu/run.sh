@@ -290,19 +290,29 @@ PY
     # three alternations of 1 s each, the median ratio of launch rates. Host-bound launch rates
     # vary by up to 30% between runs on the device machine (2026-11-26), hence the bound: 0.85 for
     # one stream; 16 streams (a begin, a mark and a timestamp per idle start of each) are shown.
+    # Each limited round also shows the tracker's marks per launch (its summary at exit): a stream
+    # of 2 us kernels is marked sparsely while its queue looks deep, and twice per launch (a begin
+    # and a mark) while it runs dry before every launch.
     rate_of() { sed -n 's/.*"rate": \([0-9.]*\).*/\1/p'; }  # concurrency's JSON line
+    marks_of() {  # the summary's "N launches, M marks" -> M / N
+      sed -n 's/.* \([0-9][0-9]*\) launches, \([0-9][0-9]*\) marks .*/\1 \2/p' "$1" | tail -1 |
+        awk '$1 > 0 { printf "%.2f", $2 / $1 }'
+    }
     for streams in 1 16; do
       args=(run --streams "$streams" --kernel-us 2 --warmup 0.3 --seconds 1)
       ledger="$DETAIL/compute/launch-$streams.ledger"
-      ratios="" rates=""
+      summary="$DETAIL/compute/launch-$streams.summary"
+      ratios="" rates="" marks=""
       for round in 1 2 3; do
         rm -f "$ledger"
         native=$("$G/concurrency" "${args[@]}" 2>>"$LOG" | rate_of)
         limited=$(env LD_PRELOAD="$LIB" CUDA_DEVICE_SM_LIMIT=99 CUDA_DEVICE_MEMORY_SHARED_CACHE="$ledger" \
-          "$G/concurrency" "${args[@]}" 2>>"$LOG" | rate_of)
+          LIBCUDA_LOG_LEVEL=4 "$G/concurrency" "${args[@]}" 2>"$summary" | rate_of)
+        cat "$summary" >>"$LOG"
         [ -n "$native" ] && [ -n "$limited" ] || { ratios=""; break; }
         ratios+="$(awk -v a="$limited" -v b="$native" 'BEGIN { printf "%.3f", a / b }') "
         rates+="${limited%.*}/${native%.*} "
+        marks+="$(marks_of "$summary") "
       done
       name="compute launch path: $streams stream(s) of 2 us kernels at 99, launch rate against native"
       if [ -z "$ratios" ]; then
@@ -310,7 +320,7 @@ PY
         continue
       fi
       median=$(echo $ratios | tr ' ' '\n' | sort -n | sed -n 2p)
-      detail="median ratio $median of ${ratios% } (limited/native launches/s: ${rates% })"
+      detail="median ratio $median of ${ratios% } (limited/native launches/s: ${rates% }; marks per launch: ${marks% })"
       if [ "$streams" != 1 ]; then
         row "$name" INFO "$detail"
       elif le 0.85 "$median"; then
