@@ -64,15 +64,15 @@ def limited_runs_line(library, period):
             + (f" VGPU_COMPUTE_PERIOD={period}" if period else "") + other_compute_variables(" "))
 
 
-def interleaved_targets(targets, reverse):
-    """A row's runs in order: None (native) and the targets as native t1 t2 native t3 t4 native,
-    the targets reversed when `reverse` (every other row, so that no target always follows a
-    native run)."""
+def interleaved_targets(targets, reverse, per_native=2):
+    """A row's runs in order: None (native) and the targets as native t1 t2 native t3 t4 native
+    (a native run after every `per_native` targets), the targets reversed when `reverse` (every
+    other row, so that no target always follows a native run)."""
     if reverse:
         targets = targets[::-1]
     order = [None]
-    for k in range(0, len(targets), 2):
-        order += [*targets[k:k + 2], None]
+    for k in range(0, len(targets), per_native):
+        order += [*targets[k:k + per_native], None]
     return order
 
 

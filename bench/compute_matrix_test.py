@@ -183,12 +183,15 @@ class Plan(unittest.TestCase):
         s = settings(serve_script=os.path.abspath(__file__), rows="serving,1x5us,train", quick=True)
         blocks = cm.build_plan(s)
         self.assertEqual([b[0][1] for b in blocks], ["1x5us", "train", "serving"])
-        self.assertEqual([[st[2] for st in b] for b in blocks],
-                         [[None, 30, 60, None], [None, 60, 30, None], [None, 30, 60, None]])  # every other reversed
+        self.assertEqual([[st[2] for st in b] for b in blocks],  # every other reversed; serving: a native
+                         [[None, 30, 60, None], [None, 60, 30, None], [None, 30, None, 60, None]])  # between
+        self.assertEqual([st[2] for st in cm.build_plan(settings(serve_script=os.path.abspath(__file__),
+                                                                 rows="serving"))[0]],
+                         [None, 10, None, 30, None, 60, None, 90, None])
         self.assertEqual(s.serving_window, (2.0, 12.0))
         one = {"spin": 0.5 + 0.5 + 1.6 + cm.SPAWN_S, "torch": 7.0 + 0.5 + 1.6 + cm.SPAWN_S,
-               "serving": 25.0 + 2.0 + 12.0 + cm.SPAWN_S}
-        expected = 1.0 + cm.BUILD_S + 4 * (one["spin"] + one["torch"] + one["serving"])
+               "serving": 10.0 + 2.0 + 12.0 + cm.SPAWN_S}
+        expected = 1.0 + cm.BUILD_S + 4 * (one["spin"] + one["torch"]) + 5 * one["serving"]
         self.assertAlmostEqual(cm.estimate_seconds(blocks, s), expected)
         # start-up seen: a row's own replaces its estimate; its kind's excess corrects the others'
         tail = 0.5 + 1.6 + cm.SPAWN_S
@@ -376,7 +379,7 @@ class FakeRuns(unittest.TestCase):
         with tempfile.TemporaryDirectory() as tmp:
             r, seen = run_matrix(tmp, "--rows", self.ROWS, "--targets", "30,60")
             self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-            self.assertIn("plan: 9 blocks, 24 steps", r.stderr)
+            self.assertIn("plan: 9 blocks, 25 steps", r.stderr)  # serving: a native run between its two
             data = load(tmp, "compute-matrix.json")
             self.assertTrue(data["complete"])
             lines = data["lines"]
@@ -452,7 +455,7 @@ class FakeRuns(unittest.TestCase):
         self.assertEqual(sorted(p["barrier"] for p in groups),
                          sorted(["c1-30-p1", "c2-60-p1", "c1-30-p1", "c2-30-p1", "c3-30-p1"] * 2))
         serving = [p for p in seen if p["kind"] == "serving"]
-        self.assertEqual(len(serving), 4)
+        self.assertEqual(len(serving), 5)  # native 30 native 60 native
         self.assertEqual(serving[0]["args"][-4:], ["--warmup", "0", "--seconds", "0.05"])
 
     def test_failures_and_errors(self):
