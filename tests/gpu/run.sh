@@ -296,7 +296,7 @@ PY
     rate_of() { sed -n 's/.*"rate": \([0-9.]*\).*/\1/p'; }  # concurrency's JSON line
     marks_of() {  # the summary's "N launches, M marks" -> M / N
       sed -n 's/.* \([0-9][0-9]*\) launches, \([0-9][0-9]*\) marks .*/\1 \2/p' "$1" | tail -1 |
-        awk '$1 > 0 { printf "%.2f", $2 / $1 }'
+        awk '$1 > 0 { printf "%.2f", $2 / $1; found = 1 } END { if (!found) printf "?" }'
     }
     for streams in 1 16; do
       args=(run --streams "$streams" --kernel-us 2 --warmup 0.3 --seconds 1)
