@@ -253,9 +253,9 @@ def build_plan(s):
     blocks = []
     serving = []
     for i, rid in enumerate(s.rows):
-        per_native = 1 if ROW[rid].kind == "serving" else 2
-        steps = [["run", rid, t] for t in interleaved_targets(s.targets, reverse=i % 2 == 1, per_native=per_native)]
-        (serving if ROW[rid].kind == "serving" else blocks).append(steps)
+        is_serving = ROW[rid].kind == "serving"
+        order = interleaved_targets(s.targets, reverse=i % 2 == 1, per_native=1 if is_serving else 2)
+        (serving if is_serving else blocks).append([["run", rid, t] for t in order])
     for rid in s.colocated:
         for members in s.groups:
             blocks.append([["group", rid, list(members)]])
