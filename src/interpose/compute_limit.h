@@ -18,7 +18,9 @@
 // VGPU_COMPUTE_TRACE: each launch, sleep, busy interval and charge is recorded (compute/trace.h)
 // and the trace written at exit; off, a launch pays one branch.
 //
-// No thread: completions are polled from launches and synchronisations (Tick at most every 2 ms).
+// Completions are polled from launches and synchronisations (Tick at most every 2 ms) and by a
+// monitor thread started with the first limiter (every 5 ms while work is in flight; it also
+// samples NVML for the soft limit and the reference share).
 // After fork() the child forgets the parent's limiters (it must call cuInit again anyway).
 //
 // Thread safety: all functions may be called from any thread.
