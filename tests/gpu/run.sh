@@ -290,9 +290,10 @@ PY
     # three alternations of 1 s each, the median ratio of launch rates. Host-bound launch rates
     # vary by up to 30% between runs on the device machine (2026-11-26), hence the bound: 0.85 for
     # one stream; 16 streams (a begin, a mark and a timestamp per idle start of each) are shown.
-    # Each limited round also shows the tracker's marks per launch (its summary at exit): a stream
-    # of 2 us kernels is marked sparsely while its queue looks deep, and twice per launch (a begin
-    # and a mark) while it runs dry before every launch.
+    # Each limited round also shows the tracker's marks per launch (its summary at exit): on the
+    # H200 a stream of 2 us kernels classified uniform was marked 0.02-0.11 times per launch and
+    # ran at 0.94-0.99 of native; one that was not, 0.30-0.52 times with a query per launch, at
+    # 0.58-0.78 (docs/compute.md, "Uniform streams").
     rate_of() { sed -n 's/.*"rate": \([0-9.]*\).*/\1/p'; }  # concurrency's JSON line
     marks_of() {  # the summary's "N launches, M marks" -> M / N
       sed -n 's/.* \([0-9][0-9]*\) launches, \([0-9][0-9]*\) marks .*/\1 \2/p' "$1" | tail -1 |
