@@ -271,15 +271,28 @@ void BusyTracker::Flush(int64_t now) {
   }
 }
 
+void BusyTracker::FlushBeforeWait(int64_t now, const StreamKey* stream) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (StreamState& st : slots_) {
+    if (!st.in_use || st.retired || st.tail_launches == 0) continue;
+    if ((stream != nullptr && st.key == *stream) || st.last_launch_seq == launch_seq_) MarkTailLocked(st, now);
+  }
+  CloseDueTailsLocked(now);
+}
+
 PollResult BusyTracker::Tick(int64_t now) {
   std::lock_guard<std::mutex> lock(mu_);
   PollResult result = PollLocked(now);  // first: what completed no longer counts as queued
+  CloseDueTailsLocked(now);
+  return result;
+}
+
+void BusyTracker::CloseDueTailsLocked(int64_t now) {
   for (StreamState& st : slots_) {
     if (st.in_use && !st.retired && st.tail_launches > 0 && now - st.last_launch_ns >= TickFlushAgeLocked(st)) {
       MarkTailLocked(st, now);
     }
   }
-  return result;
 }
 
 // How old a tail must be before Tick closes it: a stream that may have run dry needs its mark

@@ -188,8 +188,16 @@ class BusyTracker {
   // PendingMark::due_ns).
   PollResult Poll(int64_t now);
   // Records a mark behind every stream's unmarked launches (before a throttle sleep, before a
-  // synchronising call: the points where streams run dry).
+  // context-wide synchronisation: the points where all streams run dry).
   void Flush(int64_t now);
+  // Before the host waits for one stream's work (cuStreamSynchronize: `stream`; cuEventSynchronize:
+  // nullptr, the event's stream is not known). Marks the tails that may run dry while it waits and
+  // whose marks cost the others nothing: the stream waited for, the stream launched last (its
+  // mark lands right behind its own launches), and those Tick() would close now. The other tails
+  // stay open: a mark recorded on a stream that other streams launched behind costs their
+  // concurrency on a GPU whose streams share hardware queues (docs/compute.md, "Marks from
+  // afar"); Tick() closes them as their queues may be about to run dry.
+  void FlushBeforeWait(int64_t now, const StreamKey* stream);
   // Periodic housekeeping from a background thread (optional): polls, and closes the tails of
   // streams that may have run dry (their last launch tick_flush_age_ns old; behind other streams'
   // launches, also their queue's drain time less tick_flush_margin_ns). Returns what the poll
@@ -292,6 +300,7 @@ class BusyTracker {
   void LearnLocked(StreamState& st, const PendingMark& mark, int64_t busy_ns, int64_t span_ns);
   double QueuedCostLocked(const StreamState& st) const;
   int64_t TickFlushAgeLocked(const StreamState& st) const;
+  void CloseDueTailsLocked(int64_t now);
   void DropPendingLocked(StreamState& st, PollResult* result);
   PollResult PollLocked(int64_t now);
   void PruneUnionLocked();

@@ -320,6 +320,36 @@ TEST(BusyTrackerTest, TickClosesATailBehindOtherLaunchesOnlyWhenItMayRunDry) {
   }
 }
 
+// Before the host waits for one stream (or an event of an unknown stream), only the tails that
+// may run dry and whose marks land right behind their own launches are closed: the stream waited
+// for and the stream launched last. A tail that another stream launched behind stays open until
+// Tick() finds that its queue may be about to run dry; the busy time stays exact.
+TEST(BusyTrackerTest, FlushBeforeWaitMarksTheWaitedForAndTheLastLaunchedTailsOnly) {
+  for (bool name_s0 : {false, true}) {
+    SCOPED_TRACE(name_s0 ? "waiting for s0 (launched first)" : "waiting for an event");
+    Rig rig;
+    for (int round = 0; round < 5; ++round) {  // deep queues, marked sparsely; drain rates learned
+      for (int s : {rig.s0, rig.s1}) {
+        for (int i = 0; i < 37; ++i) ASSERT_TRUE(rig.Launch(s, 100 * kUs));
+      }
+      if (round == 4) break;
+      rig.tracker.Flush(rig.now);
+      rig.Advance(10 * kMs);
+      rig.Measured();
+    }
+    const int64_t marks = rig.tracker.stats().marks;
+    const StreamKey s0 = rig.s0;
+    rig.tracker.FlushBeforeWait(rig.now, name_s0 ? &s0 : nullptr);
+    EXPECT_EQ(rig.tracker.stats().marks, marks + (name_s0 ? 2 : 1));
+    for (int i = 0; i < 20; ++i) {  // the wait: a monitor thread ticks
+      rig.Advance(1 * kMs);
+      rig.result.Add(rig.tracker.Tick(rig.now));
+    }
+    EXPECT_EQ(rig.tracker.stats().marks, marks + 2);
+    EXPECT_NEAR(rig.Measured(), rig.Truth(), 1 * kUs);
+  }
+}
+
 TEST(BusyTrackerTest, EstimatesFollowTheMeasuredCostPerLaunch) {
   Rig rig;
   for (int i = 0; i < 20; ++i) {

@@ -60,6 +60,8 @@ LaunchTicket ComputeLimiter::WaitForAdmission(StreamKey stream, Clock* clock, Sl
 
 void ComputeLimiter::BeforeSynchronize(int64_t now) { tracker_->Flush(now); }
 
+void ComputeLimiter::BeforeWait(int64_t now, const StreamKey* stream) { tracker_->FlushBeforeWait(now, stream); }
+
 void ComputeLimiter::OnStreamDestroyed(StreamKey stream, int64_t now) {
   tracker_->OnStreamDestroyed(stream, now);
 }

@@ -10,9 +10,11 @@
 //
 // or, non-blocking (what the simulation does): call BeforeLaunch until it returns 0, sleeping
 // what it returns in between. Also:
-//   BeforeSynchronize  before cuStreamSynchronize / cuCtxSynchronize / cuEventSynchronize /
-//                      synchronous copies (the queue runs dry there; marks placed now keep the
-//                      coming idle time out of the measurement).
+//   BeforeSynchronize  before cuCtxSynchronize (every queue runs dry there; marks placed now
+//                      keep the coming idle time out of the measurement).
+//   BeforeWait         before cuStreamSynchronize (the stream) or cuEventSynchronize (no stream:
+//                      the event's is not known): marks the tails that may run dry and cost the
+//                      other streams nothing (BusyTracker::FlushBeforeWait).
 //   OnStreamDestroyed  before the real cuStreamDestroy.
 //   Tick               every ~1-5 ms from a background thread, if there is one: polls completions,
 //                      closes stale tails, keeps the priority heartbeat alive while work is in
@@ -47,6 +49,7 @@ class ComputeLimiter {
   LaunchTicket WaitForAdmission(StreamKey stream, Clock* clock, Sleeper* sleeper);
 
   void BeforeSynchronize(int64_t now);
+  void BeforeWait(int64_t now, const StreamKey* stream);
   void OnStreamDestroyed(StreamKey stream, int64_t now);
   void Tick(int64_t now);
   void Reset(bool destroy_events);

@@ -389,6 +389,22 @@ void BeforeSynchronize() {
   if (DeviceLimiter* dl = CurrentLimiter()) dl->limiter.BeforeSynchronize(compute::SystemClock()->NowNs());
 }
 
+void BeforeStreamWait(CUstream stream, bool ptsz) {
+  DeviceLimiter* dl = CurrentLimiter();
+  if (dl == nullptr) return;
+  const compute::StreamKey key = StreamKeyOf(stream, ptsz);
+  const int64_t now = compute::SystemClock()->NowNs();
+  if (key == reinterpret_cast<uintptr_t>(CU_STREAM_LEGACY)) {
+    dl->limiter.BeforeSynchronize(now);
+  } else {
+    dl->limiter.BeforeWait(now, &key);
+  }
+}
+
+void BeforeEventWait() {
+  if (DeviceLimiter* dl = CurrentLimiter()) dl->limiter.BeforeWait(compute::SystemClock()->NowNs(), nullptr);
+}
+
 void AfterSynchronize() {
   if (DeviceLimiter* dl = CurrentLimiter()) MaybeTick(dl, compute::SystemClock()->NowNs());
 }

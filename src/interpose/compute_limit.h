@@ -60,8 +60,13 @@ class LaunchGuard {
 };
 
 // Before a synchronising call on the current context (marks where its streams run dry), and
-// after it (polls what completed).
+// after it (polls what completed). BeforeSynchronize: the whole context (cuCtxSynchronize);
+// BeforeStreamWait: one stream (cuStreamSynchronize; the legacy default stream counts as the
+// whole context, as it waits for every blocking stream); BeforeEventWait: an event
+// (cuEventSynchronize) of a stream not known (compute::ComputeLimiter::BeforeWait).
 void BeforeSynchronize();
+void BeforeStreamWait(CUstream stream, bool ptsz);
+void BeforeEventWait();
 void AfterSynchronize();
 // Before the real cuStreamDestroy.
 void OnStreamDestroyed(CUstream stream);

@@ -3,7 +3,7 @@
 // generated forwarder calls the driver directly.
 //
 // A launch: wait for admission (may sleep), the real launch, then report it. A synchronising call:
-// mark the streams' tails first (their queues run dry there), poll completions afterwards.
+// mark the tails of the streams that run dry there first, poll completions afterwards.
 #include <cuda.h>
 
 #include "interpose/compute_limit.h"
@@ -15,10 +15,11 @@ namespace {
 
 using compute_limit::LaunchGuard;
 
-// Synchronising call: BeforeSynchronize, the real call, AfterSynchronize.
-template <typename Call>
-CUresult Synchronizing(Call call) {
-  compute_limit::BeforeSynchronize();
+// Synchronising call: `before` (which tails to mark: compute_limit.h), the real call,
+// AfterSynchronize.
+template <typename Before, typename Call>
+CUresult Synchronizing(Before before, Call call) {
+  before();
   const CUresult result = call();
   compute_limit::AfterSynchronize();
   return result;
@@ -91,29 +92,31 @@ CUresult hook_cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream) {
 
 CUresult hook_cuStreamSynchronize(CUstream hStream) {
   VGPU_REAL_OR_MISSING(cuStreamSynchronize)
-  return Synchronizing([&] { return real(hStream); });
+  return Synchronizing([&] { compute_limit::BeforeStreamWait(hStream, /*ptsz=*/false); },
+                       [&] { return real(hStream); });
 }
 
 CUresult hook_cuStreamSynchronize_ptsz(CUstream hStream) {
   VGPU_REAL_OR_MISSING(cuStreamSynchronize_ptsz)
-  return Synchronizing([&] { return real(hStream); });
+  return Synchronizing([&] { compute_limit::BeforeStreamWait(hStream, /*ptsz=*/true); },
+                       [&] { return real(hStream); });
 }
 
 CUresult hook_cuCtxSynchronize() {
   VGPU_REAL_OR_MISSING(cuCtxSynchronize)
-  return Synchronizing([&] { return real(); });
+  return Synchronizing(compute_limit::BeforeSynchronize, [&] { return real(); });
 }
 
 // The limiter marks the streams of the current context (as for cuCtxSynchronize); a context other
 // than the current one is synchronised without marks, which only delays its next reading.
 CUresult hook_cuCtxSynchronize_v2(CUcontext ctx) {
   VGPU_REAL_OR_MISSING(cuCtxSynchronize_v2)
-  return Synchronizing([&] { return real(ctx); });
+  return Synchronizing(compute_limit::BeforeSynchronize, [&] { return real(ctx); });
 }
 
 CUresult hook_cuEventSynchronize(CUevent hEvent) {
   VGPU_REAL_OR_MISSING(cuEventSynchronize)
-  return Synchronizing([&] { return real(hEvent); });
+  return Synchronizing(compute_limit::BeforeEventWait, [&] { return real(hEvent); });
 }
 
 CUresult hook_cuStreamDestroy_v2(CUstream hStream) {
