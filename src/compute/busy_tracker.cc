@@ -185,16 +185,20 @@ bool BusyTracker::UniformCostLocked(const StreamState& st) const {
 
 // How much a stream may have queued: at most `window` unfinished launches, and at most
 // max_inflight_work_ns of work at the rate its queue drains.
-int64_t BusyTracker::InflightWaitLocked(StreamState& st, int64_t now) {
+BusyTracker::QueueLimit BusyTracker::InflightLimitLocked(const StreamState& st, int64_t now) const {
   int64_t unfinished = st.pending_launches + st.tail_launches;
-  if (unfinished >= st.window) return options_.probe_wait_ns;
+  if (unfinished >= st.window) return QueueLimit::kWindow;
   if (static_cast<double>(unfinished) * QueuedCostLocked(st) > static_cast<double>(options_.max_inflight_work_ns)) {
-    return options_.probe_wait_ns;
+    return QueueLimit::kWork;
   }
   if (!st.pending.empty() && now - st.pending.front().host_ns > options_.max_inflight_age_ns) {
-    return options_.probe_wait_ns;
+    return QueueLimit::kAge;
   }
-  return 0;
+  return QueueLimit::kNone;
+}
+
+int64_t BusyTracker::InflightWaitLocked(const StreamState& st, int64_t now) const {
+  return InflightLimitLocked(st, now) == QueueLimit::kNone ? 0 : options_.probe_wait_ns;
 }
 
 // The cost per launch of a stream's queue, in wall time: its measured intervals' total length
@@ -208,19 +212,28 @@ double BusyTracker::QueuedCostLocked(const StreamState& st) const {
   return st.drain_launches > 0 ? st.drain_span_ns / st.drain_launches : EstimateLocked(st);
 }
 
-int64_t BusyTracker::BeforeLaunch(StreamKey stream, int64_t now, LaunchTicket* ticket) {
+int64_t BusyTracker::BeforeLaunch(StreamKey stream, int64_t now, LaunchTicket* ticket, PollResult* polled) {
   std::lock_guard<std::mutex> lock(mu_);
   *ticket = LaunchTicket{};
   int slot = FindOrCreateLocked(stream);
   if (slot < 0) return 0;  // table full: launch untracked (estimated by the caller's default)
   StreamState& st = slots_[slot];
-  int64_t wait = InflightWaitLocked(st, now);
-  if (wait > 0) {
+  QueueLimit limit = InflightLimitLocked(st, now);
+  if (limit != QueueLimit::kNone) {
     MarkTailLocked(st, now);  // so that the wait can observe the tail's completion
+    if (polled != nullptr) {  // what completed no longer counts as queued
+      polled->Add(PollLocked(now));
+      limit = InflightLimitLocked(st, now);
+    }
+  }
+  if (limit != QueueLimit::kNone) {
     if (!st.pending.empty()) {
       ++stats_.queue_waits;
-      stats_.queue_wait_ns += wait;
-      return wait;
+      stats_.queue_wait_ns += options_.probe_wait_ns;
+      ++(limit == QueueLimit::kWindow ? stats_.queue_waits_window
+         : limit == QueueLimit::kWork ? stats_.queue_waits_work
+                                      : stats_.queue_waits_age);
+      return options_.probe_wait_ns;
     }
     // Nothing to wait for (no events available): measuring is impossible, launch unmetered.
   }

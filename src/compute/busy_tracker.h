@@ -15,8 +15,8 @@
 //     the next is recorded (the queue held the whole tail, so no gap can hide in it), halves
 //     otherwise, and drops to 1 as soon as the last mark is seen complete while a tail grows
 //     (checked at tail lengths 1, 2, 4, ...). Flush() closes every tail; the limiter calls it
-//     before a throttle sleep and the hooks before a synchronisation, which are exactly when
-//     streams run dry.
+//     before a throttle sleep and the hooks before a context synchronisation, which are exactly
+//     when every stream runs dry (before a wait for one stream or an event: FlushBeforeWait).
 //   - Concurrency. Busy time is the union over the process's streams on the device, not the sum:
 //     mark timestamps are put on one time base (ElapsedMs against an anchor event, re-based every
 //     rebase_after_ns so float ms keep sub-microsecond precision) and merged in an IntervalUnion.
@@ -41,9 +41,10 @@
 // after it ran, so a stream may have only a bounded amount queued: at most `window` unfinished
 // launches (starting at probe_launches, growing by every launch that completes, halving when an
 // interval costs far more than estimated: TCP-like slow start), and at most max_inflight_work_ns
-// at a conservative cost per launch (the larger of the estimate and a decaying maximum). This
-// keeps a first burst of mis-estimated launches, or a drop of the share (priority), from
-// finding seconds of work queued.
+// of work at the rate its queue drains (its intervals' lengths per launch). This keeps a first
+// burst of mis-estimated launches, or a drop of the share (priority), from finding seconds of
+// work queued. A launch that finds its queue full polls first, and waits only while it is still
+// full.
 //
 // Processes of one container. Their contexts time-slice while both have work queued, so each one's
 //   intervals also cover the other's slices. With a BusyRing (one per container and GPU, shared
@@ -157,6 +158,12 @@ struct TrackerStats {
   int64_t event_errors = 0;
   int64_t queue_waits = 0;     // launches told to wait for their stream's queue (BeforeLaunch > 0)
   int64_t queue_wait_ns = 0;   // ... and the waits handed out
+  // ... of which because of the window of unfinished launches, the queued work
+  // (max_inflight_work_ns) or the oldest unfinished mark's age (max_inflight_age_ns), each
+  // checked in that order
+  int64_t queue_waits_window = 0;
+  int64_t queue_waits_work = 0;
+  int64_t queue_waits_age = 0;
   int64_t shared_read = 0;     // other processes' intervals added from the BusyRing
   int64_t shared_skipped = 0;  // ring slots found overwritten or being written
   int streams = 0;
@@ -176,8 +183,10 @@ class BusyTracker {
   // Before submitting a launch on `stream`. Returns 0 and fills *ticket: submit now, then call
   // AfterLaunch. Or returns > 0: the stream has too much unmeasured work in flight (its cost is
   // still unknown, or its oldest unfinished mark is older than max_inflight_age_ns); wait that
-  // long, poll, and ask again. Records a begin event when the stream is idle.
-  int64_t BeforeLaunch(StreamKey stream, int64_t now, LaunchTicket* ticket);
+  // long, poll, and ask again. With `polled`, a full queue is polled first (results added to
+  // *polled) and only a queue still full makes the launch wait. Records a begin event when the
+  // stream is idle.
+  int64_t BeforeLaunch(StreamKey stream, int64_t now, LaunchTicket* ticket, PollResult* polled = nullptr);
 
   // After the launch call returned; launched=false when it failed (nothing was enqueued).
   // Returns the launch's estimated busy time (0 when unknown or not launched). May record a mark
@@ -286,7 +295,9 @@ class BusyTracker {
   };
 
   int FindOrCreateLocked(StreamKey stream);
-  int64_t InflightWaitLocked(StreamState& st, int64_t now);
+  enum class QueueLimit { kNone, kWindow, kWork, kAge };
+  QueueLimit InflightLimitLocked(const StreamState& st, int64_t now) const;
+  int64_t InflightWaitLocked(const StreamState& st, int64_t now) const;
   bool StreamIdleLocked(StreamState& st);
   void CollapseIntervalIfShallowLocked(StreamState& st);
   bool RecordLocked(StreamState& st, bool begin, bool deep, int64_t now);

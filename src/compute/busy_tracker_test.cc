@@ -370,6 +370,7 @@ TEST(BusyTrackerTest, NewStreamWithUnknownCostIsProbedBeforeFillingTheQueue) {
   Rig rig(options);
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(rig.TryLaunch(rig.s0, 1 * kMs));
   EXPECT_FALSE(rig.TryLaunch(rig.s0, 1 * kMs));  // cost unknown, 3 launches unmeasured: wait
+  EXPECT_EQ(rig.tracker.stats().queue_waits_window, 1);
   rig.Advance(4 * kMs);
   rig.Measured();
   EXPECT_TRUE(rig.TryLaunch(rig.s0, 1 * kMs));  // measured now
@@ -385,6 +386,7 @@ TEST(BusyTrackerTest, TooOldUnfinishedWorkMakesLaunchesWait) {
   ASSERT_TRUE(rig.Launch(rig.s0, 100 * kMs));  // a very long kernel
   rig.Advance(20 * kMs);
   EXPECT_FALSE(rig.TryLaunch(rig.s0, 1 * kMs));
+  EXPECT_EQ(rig.tracker.stats().queue_waits_age, 1);
   rig.Advance(100 * kMs);
   rig.Measured();
   EXPECT_TRUE(rig.TryLaunch(rig.s0, 1 * kMs));
@@ -402,9 +404,41 @@ TEST(BusyTrackerTest, QueuedWorkIsBoundedByItsEstimate) {
   int admitted = 0;
   while (rig.TryLaunch(rig.s0, 1 * kMs) && admitted < 100) ++admitted;  // no time passes
   EXPECT_EQ(admitted, 11);  // 10 ms queued, then the stream must wait
+  const TrackerStats stats = rig.tracker.stats();
+  EXPECT_EQ(stats.queue_waits_work, 1);
+  EXPECT_EQ(stats.queue_waits, stats.queue_waits_window + stats.queue_waits_work + stats.queue_waits_age);
   rig.Advance(5 * kMs);
   rig.Measured();
   EXPECT_TRUE(rig.TryLaunch(rig.s0, 1 * kMs));
+}
+
+// Given somewhere to put what it polls, a launch that finds its queue full polls first: launches
+// that completed no longer count, and it waits only if the queue is still full.
+TEST(BusyTrackerTest, AFullQueueIsPolledBeforeTheLaunchWaits) {
+  for (bool poll : {false, true}) {
+    SCOPED_TRACE(poll ? "polled" : "not polled");
+    BusyTrackerOptions options = ExactOptions();
+    options.max_inflight_work_ns = 10 * kMs;
+    Rig rig(options);
+    for (int i = 0; i < 20; ++i) {  // learn the cost: 1 ms per launch
+      ASSERT_TRUE(rig.Launch(rig.s0, 1 * kMs));
+      rig.Advance(2 * kMs);
+      rig.Measured();
+    }
+    for (int i = 0; i < 11; ++i) ASSERT_TRUE(rig.TryLaunch(rig.s0, 1 * kMs));  // 11 ms queued: full
+    rig.Advance(12 * kMs);  // all done, nothing polled yet
+    LaunchTicket ticket;
+    PollResult polled;
+    const int64_t wait = rig.tracker.BeforeLaunch(rig.s0, rig.now, &ticket, poll ? &polled : nullptr);
+    if (poll) {
+      EXPECT_EQ(wait, 0);
+      EXPECT_GT(polled.intervals, 0);  // the queued launches, measured now
+      EXPECT_EQ(rig.tracker.stats().queue_waits, 0);
+    } else {
+      EXPECT_GT(wait, 0);
+      EXPECT_EQ(rig.tracker.stats().queue_waits_work, 1);
+    }
+  }
 }
 
 // A first burst of launches whose cost is unknown, or much larger than estimated, must not fill

@@ -25,11 +25,9 @@ int64_t ComputeLimiter::BeforeLaunch(StreamKey stream, int64_t now, LaunchTicket
     controller_->AddThrottled(wait);
     return wait;
   }
-  wait = tracker_->BeforeLaunch(stream, now, ticket);
-  if (wait > 0) {
-    Apply(tracker_->Poll(now), now);
-    wait = tracker_->BeforeLaunch(stream, now, ticket);
-  }
+  PollResult polled;
+  wait = tracker_->BeforeLaunch(stream, now, ticket, &polled);
+  Apply(polled, now);
   return wait;
 }
 
