@@ -288,7 +288,10 @@ void BusyTracker::FlushBeforeWait(int64_t now, const StreamKey* stream) {
   std::lock_guard<std::mutex> lock(mu_);
   for (StreamState& st : slots_) {
     if (!st.in_use || st.retired || st.tail_launches == 0) continue;
-    if ((stream != nullptr && st.key == *stream) || st.last_launch_seq == launch_seq_) MarkTailLocked(st, now);
+    if ((stream != nullptr && st.key == *stream) || st.last_launch_seq == launch_seq_ ||
+        QueuedCostLocked(st) >= static_cast<double>(options_.cheap_mark_launch_ns)) {
+      MarkTailLocked(st, now);
+    }
   }
   CloseDueTailsLocked(now);
 }

@@ -103,6 +103,11 @@ struct BusyTrackerOptions {
   int64_t tick_flush_age_ns = 200'000;
   int64_t tick_flush_margin_ns = 1'000'000;
   int64_t max_tick_flush_delay_ns = 10'000'000;
+  // FlushBeforeWait also closes the tails of streams whose launches take this long or longer: on
+  // an H200, 16 streams of 5 ms kernels from one thread (two launches queued each) got 55.1-57.7
+  // at a limit of 60 and 84.3-89.4 at 90 with their tails left open at event waits, against
+  // 57.2-60.4 and 87.8-88.2 with every tail closed there (2026-11-26).
+  int64_t cheap_mark_launch_ns = 1'000'000;
   int probe_launches = 2;                  // a new stream's window of unfinished launches
   int max_inflight_launches = 1024;        // the window never grows beyond this
   double max_cost_decay = 0.95;            // per interval: decaying maxima and the drain sums
@@ -206,6 +211,9 @@ class BusyTracker {
   // stay open: a mark recorded on a stream that other streams launched behind costs their
   // concurrency on a GPU whose streams share hardware queues (docs/compute.md, "Marks from
   // afar"); Tick() closes them as their queues may be about to run dry.
+  // Streams whose launches each take at least cheap_mark_launch_ns (at their queue's drain rate)
+  // are marked too: a mark's cost is nothing beside such launches, and a tail left open there
+  // keeps the queued-work bound from seeing its first launches complete.
   void FlushBeforeWait(int64_t now, const StreamKey* stream);
   // Periodic housekeeping from a background thread (optional): polls, and closes the tails of
   // streams that may have run dry (their last launch tick_flush_age_ns old; behind other streams'

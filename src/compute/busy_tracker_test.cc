@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <memory>
 #include <set>
 #include <utility>
@@ -339,6 +340,7 @@ TEST(BusyTrackerTest, FlushBeforeWaitMarksTheWaitedForAndTheLastLaunchedTailsOnl
     }
     const int64_t marks = rig.tracker.stats().marks;
     const StreamKey s0 = rig.s0;
+    ASSERT_LT(100 * kUs * 2, BusyTrackerOptions().cheap_mark_launch_ns);  // s0's launches are short
     rig.tracker.FlushBeforeWait(rig.now, name_s0 ? &s0 : nullptr);
     EXPECT_EQ(rig.tracker.stats().marks, marks + (name_s0 ? 2 : 1));
     for (int i = 0; i < 20; ++i) {  // the wait: a monitor thread ticks
@@ -346,6 +348,29 @@ TEST(BusyTrackerTest, FlushBeforeWaitMarksTheWaitedForAndTheLastLaunchedTailsOnl
       rig.result.Add(rig.tracker.Tick(rig.now));
     }
     EXPECT_EQ(rig.tracker.stats().marks, marks + 2);
+    EXPECT_NEAR(rig.Measured(), rig.Truth(), 1 * kUs);
+  }
+}
+
+// A stream of long launches has its tail closed before any wait, launched last or not: a mark
+// costs nothing beside its launches. (With the rule off, the same tail stays open.)
+TEST(BusyTrackerTest, FlushBeforeWaitClosesTheTailsOfLongLaunches) {
+  for (bool rule : {false, true}) {
+    SCOPED_TRACE(rule ? "default" : "rule off");
+    BusyTrackerOptions options = ExactOptions();
+    if (!rule) options.cheap_mark_launch_ns = std::numeric_limits<int64_t>::max();
+    Rig rig(options);
+    for (int round = 0; round < 6; ++round) {  // s0: 2 ms launches, two at a time, kept queued
+      for (int i = 0; i < 2; ++i) ASSERT_TRUE(rig.Launch(rig.s0, 2 * kMs));
+      ASSERT_TRUE(rig.Launch(rig.s1, 100 * kUs));  // launched last
+      rig.tracker.FlushBeforeWait(rig.now, nullptr);
+      rig.Advance(3 * kMs);
+      rig.Measured();
+    }
+    const int64_t marks = rig.tracker.stats().marks;
+    rig.tracker.Flush(rig.now);  // what FlushBeforeWait left open
+    EXPECT_EQ(rig.tracker.stats().marks - marks, rule ? 0 : 1);
+    rig.Advance(30 * kMs);
     EXPECT_NEAR(rig.Measured(), rig.Truth(), 1 * kUs);
   }
 }
