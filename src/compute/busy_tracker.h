@@ -105,8 +105,8 @@ struct BusyTrackerOptions {
   int64_t max_tick_flush_delay_ns = 10'000'000;
   // FlushBeforeWait also closes the tails of streams whose launches take this long or longer: on
   // an H200, 16 streams of 5 ms kernels from one thread (two launches queued each) got 55.1-57.7
-  // at a limit of 60 and 84.3-89.4 at 90 with their tails left open at event waits, against
-  // 57.2-60.4 and 87.8-88.2 with every tail closed there (2026-11-26).
+  // at a limit of 60 and 84.3-89.4 at 90 with their tails left open at event waits, 57.8-58.4
+  // and 86.2-89.1 with this rule (2026-11-26, docs/benchmarks.md).
   int64_t cheap_mark_launch_ns = 1'000'000;
   int probe_launches = 2;                  // a new stream's window of unfinished launches
   int max_inflight_launches = 1024;        // the window never grows beyond this
