@@ -289,26 +289,22 @@ void BusyTracker::FlushBeforeWait(int64_t now, const StreamKey* stream) {
   for (StreamState& st : slots_) {
     if (!st.in_use || st.retired || st.tail_launches == 0) continue;
     if ((stream != nullptr && st.key == *stream) || st.last_launch_seq == launch_seq_ ||
-        QueuedCostLocked(st) >= static_cast<double>(options_.cheap_mark_launch_ns)) {
+        QueuedCostLocked(st) >= static_cast<double>(options_.cheap_mark_launch_ns) ||
+        now - st.last_launch_ns >= TickFlushAgeLocked(st)) {
       MarkTailLocked(st, now);
     }
   }
-  CloseDueTailsLocked(now);
 }
 
 PollResult BusyTracker::Tick(int64_t now) {
   std::lock_guard<std::mutex> lock(mu_);
   PollResult result = PollLocked(now);  // first: what completed no longer counts as queued
-  CloseDueTailsLocked(now);
-  return result;
-}
-
-void BusyTracker::CloseDueTailsLocked(int64_t now) {
   for (StreamState& st : slots_) {
     if (st.in_use && !st.retired && st.tail_launches > 0 && now - st.last_launch_ns >= TickFlushAgeLocked(st)) {
       MarkTailLocked(st, now);
     }
   }
+  return result;
 }
 
 // How old a tail must be before Tick closes it: a stream that may have run dry needs its mark
