@@ -200,8 +200,9 @@ def serving_cpus(text, error, allowed=None, have_taskset=None):
     engine thread is host-bound (it synchronises after every step): left to the scheduler, its
     native tokens/s spread ±8% between 12 s runs on the H200's 16-CPU host, pinned to 8 CPUs
     ±1.3% in two calls (2026-11-26), though ±8.9-26.5% in later matrix runs: pinning narrows the
-    spread, it does not make the row's reference steady. 'auto': the first half of the CPUs this process may use, when there are
-    at least 8 and taskset exists; 'all': not pinned; else a list such as 0-7 or 0,2,4-6."""
+    spread, it does not make the row's reference steady. 'auto': the first half of the CPUs this
+    process may use, when there are at least 8 and taskset exists; 'all': not pinned; else a list
+    such as 0-7 or 0,2,4-6."""
     if text == "all":
         return None
     if text == "auto":

@@ -192,7 +192,7 @@ bool Retire(Shared& sh, Lane& lane, bool wait) {
   if (wait) {
     const HostTimer timer(sh);
     CHECK(cudaEventSynchronize(ev));
-    sh.wait_ns.fetch_add(timer.ElapsedNs(), std::memory_order_relaxed);
+    if (timer.start > 0) sh.wait_ns.fetch_add(timer.ElapsedNs(), std::memory_order_relaxed);
   } else {
     cudaError_t e = cudaEventQuery(ev);
     if (e == cudaErrorNotReady) return false;
