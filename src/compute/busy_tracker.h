@@ -133,6 +133,11 @@ struct BusyTrackerOptions {
   double uniform_cost_ratio = 1.25;
   int uniform_min_samples = 8;
   int uniform_max_launches = 4;
+  // A uniform stream's capped interval still counts as busy all of it that came after the host
+  // recorded the mark, less this: the time a command may take to reach the GPU after the hook
+  // read the clock to record it (the lock, the driver call, the submission), in which the GPU may
+  // have run dry waiting for it.
+  int64_t submit_slack_ns = 20'000;
   // LaunchSpanNs() looks back one to two of these windows.
   int64_t span_window_ns = 1'000'000'000;
   // How far the GPU's event clock may drift from CLOCK_MONOTONIC (the time offset's decay).
@@ -291,6 +296,7 @@ class BusyTracker {
     bool chain_open = false;         // chain_time_ns starts the next interval
     bool chain_from_begin = false;   // ... and it is a begin event (subtract begin_skew_ns)
     int64_t chain_time_ns = 0;
+    int64_t chain_host_ns = 0;       // when the event that starts the next interval was recorded
     double estimate_ns = 0;          // busy time per launch: estimate_busy_ns / estimate_launches
     double estimate_busy_ns = 0;     // measured busy time and launches, decaying per interval
     double estimate_launches = 0;

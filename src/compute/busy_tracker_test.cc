@@ -602,6 +602,40 @@ TEST(BusyTrackerTest, BeginSkewIsSubtractedFromIntervalsStartingIdle) {
   EXPECT_EQ(rig.Measured(), 98 * kUs);
 }
 
+// A stream learned uniform from cheap launches caps an interval that may hide a gap at its
+// launches x the cheap cost; a step submitted at once and flushed before the host waits (a
+// server's) has no gap but what precedes its submission, so an expensive launch in it counts in
+// full (the cap alone counted 100 us of each 2.06 ms step).
+TEST(BusyTrackerTest, AUniformStreamsCapYieldsToTimeThatWasSurelyBusy) {
+  BusyTrackerOptions options = ExactOptions();
+  options.submit_slack_ns = 0;
+  Rig rig(options);
+  for (int burst = 0; burst < 8; ++burst) {  // cheap launches queued deep: uniform at 20 us
+    for (int i = 0; i < 12; ++i) {
+      ASSERT_TRUE(rig.Launch(rig.s0, 20 * kUs));
+      rig.Advance(2 * kUs);
+    }
+    rig.tracker.Flush(rig.now);
+    rig.Advance(2 * kMs);
+    rig.Measured();
+  }
+  ASSERT_EQ(rig.Measured(), rig.Truth());
+  for (int step = 0; step < 3; ++step) {
+    SCOPED_TRACE(step);
+    const int64_t before = rig.Measured();
+    const int64_t truth_before = rig.Truth();
+    for (int64_t cost : {20 * kUs, 20 * kUs, 2 * kMs, 20 * kUs}) {
+      ASSERT_TRUE(rig.Launch(rig.s0, cost));
+      rig.Advance(1 * kUs);
+    }
+    const StreamKey waited = rig.s0;
+    rig.tracker.FlushBeforeWait(rig.now, &waited);
+    rig.Advance(5 * kMs);
+    EXPECT_EQ(rig.Truth() - truth_before, 2060 * kUs);
+    EXPECT_NEAR(rig.Measured() - before, 2060 * kUs, 4 * kUs);
+  }
+}
+
 TEST(BusyTrackerTest, ResetDestroysEventsAndForgetsStreams) {
   Rig rig;
   ASSERT_TRUE(rig.Launch(rig.s0, 1 * kMs));
