@@ -27,9 +27,13 @@
 //   tiny kernels (5 us) CPU-bound and hides gaps between them. A stream whose deep intervals (the
 //   previous mark still pending when the next was recorded: no gap can hide in them) show one
 //   per-launch cost (decaying maximum within uniform_cost_ratio of the average, over at least
-//   uniform_min_samples intervals of at most uniform_max_launches launches) is "uniform": its intervals that may contain a gap are capped
-//   at launches x that maximum x the ratio (the gap is cut off their start), and its marks stay sparse
-//   instead of collapsing to K = 1. Mixed streams keep the dense marking.
+//   uniform_min_samples intervals of at most uniform_max_launches launches) is "uniform": its
+//   intervals that may contain a gap are capped at launches x that maximum x the ratio (the gap
+//   is cut off their start), and its marks stay sparse instead of collapsing to K = 1. The cap
+//   never cuts what was surely busy: the GPU idles only while it waits for submissions, so at
+//   most the host's time from recording the interval's first event to recording its mark (plus
+//   submit_slack_ns) of it can be idle; an interval surely busy beyond its cap makes the stream
+//   non-uniform again. Mixed streams keep the dense marking.
 //
 // Estimates. Each stream keeps an EWMA of busy time per launch. AfterLaunch returns the estimate
 // for the launch (the limiter charges it at submission, so the budget reacts before completion);
@@ -133,10 +137,10 @@ struct BusyTrackerOptions {
   double uniform_cost_ratio = 1.25;
   int uniform_min_samples = 8;
   int uniform_max_launches = 4;
-  // A uniform stream's capped interval still counts as busy all of it that came after the host
-  // recorded the mark, less this: the time a command may take to reach the GPU after the hook
-  // read the clock to record it (the lock, the driver call, the submission), in which the GPU may
-  // have run dry waiting for it.
+  // How long a command may take to reach the GPU after the hook read the clock to record it (the
+  // lock, the driver call, the submission): a uniform stream's capped interval may have idled for
+  // the host's time between recording its first event and its mark plus this; the rest of it is
+  // surely busy and counts past the cap.
   int64_t submit_slack_ns = 20'000;
   // LaunchSpanNs() looks back one to two of these windows.
   int64_t span_window_ns = 1'000'000'000;
