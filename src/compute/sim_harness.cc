@@ -113,8 +113,12 @@ void Simulation::AddThread(int process, const WorkloadSpec& workload) {
 
 // --- Threads -------------------------------------------------------------------------------
 
+int Simulation::Queued(const WorkloadSpec& w, int stream) const {
+  return w.queue_counts_events ? gpu_.PendingCommands(stream) : gpu_.PendingKernels(stream);
+}
+
 bool Simulation::HasRoomForBatch(const Thread& th, int stream) const {
-  return gpu_.PendingCommands(stream) + std::max(th.spec.batch, 1) <= th.spec.max_queue;
+  return Queued(th.spec, stream) + std::max(th.spec.batch, 1) <= th.spec.max_queue;
 }
 
 void Simulation::StepLaunch(Thread& th, int64_t t) {
@@ -137,7 +141,7 @@ void Simulation::StepLaunch(Thread& th, int64_t t) {
   }
   int stream = w.skip_full ? th.streams[th.lane]
                             : th.streams[static_cast<size_t>(th.launches / batch) % th.streams.size()];
-  if (!w.skip_full && gpu_.PendingCommands(stream) >= w.max_queue) {
+  if (!w.skip_full && Queued(w, stream) >= w.max_queue) {
     th.wait = Thread::Wait::kQueue;
     th.queue_stream = stream;
     th.ready_ns = kNever;
@@ -201,7 +205,7 @@ void Simulation::WakeWaiters(int64_t t) {
     if (th->wait == Thread::Wait::kNone) continue;
     bool done = true;
     if (th->wait == Thread::Wait::kQueue) {
-      done = gpu_.PendingCommands(th->queue_stream) < th->spec.max_queue;
+      done = Queued(th->spec, th->queue_stream) < th->spec.max_queue;
     } else if (th->wait == Thread::Wait::kAnyQueue) {
       done = false;
       for (int stream : th->streams) {

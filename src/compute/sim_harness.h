@@ -51,6 +51,11 @@ struct WorkloadSpec {
   // application with flow control per stream (bench/compute/concurrency.cu keeps two batches in
   // flight per stream). false: the streams are fed in turn, each launch waiting for room.
   bool skip_full = false;
+  // What max_queue counts: every command on the stream (true: the limiter's events take room, as
+  // for an application that waits for its stream's queue) or only kernels (false: an application
+  // whose own events pace it, such as bench/compute/concurrency.cu, keeping max_queue kernels in
+  // flight whatever the limiter records between them).
+  bool queue_counts_events = true;
   int64_t start_ns = 0;
   int64_t stop_ns = kNever;
 };
@@ -99,6 +104,7 @@ class Simulation {
 
   void Step(Thread& thread, int64_t t);
   void StepLaunch(Thread& thread, int64_t t);
+  int Queued(const WorkloadSpec& w, int stream) const;  // what max_queue counts on the stream
   bool HasRoomForBatch(const Thread& thread, int stream) const;  // skip_full
   void WakeWaiters(int64_t t);
   int64_t NextTick() const;

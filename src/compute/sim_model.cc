@@ -78,6 +78,12 @@ int SimGpu::PendingCommands(int stream) const {
   return static_cast<int>(streams_[stream].queue.size());
 }
 
+int SimGpu::PendingKernels(int stream) const {
+  int kernels = 0;
+  for (const Command& c : streams_[stream].queue) kernels += c.is_event ? 0 : 1;
+  return kernels;
+}
+
 // --- Execution -----------------------------------------------------------------------------
 
 bool SimGpu::HeadRunnable(const Stream& s) const {

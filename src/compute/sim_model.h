@@ -86,6 +86,7 @@ class SimGpu {
   int64_t now() const { return now_; }
 
   int PendingCommands(int stream) const;  // commands not finished (kernels and events)
+  int PendingKernels(int stream) const;   // ... of which kernels
   bool StreamDrained(int stream) const { return PendingCommands(stream) == 0; }
 
   // Ground truth over [from, to) (bucket-aligned for exact results).
