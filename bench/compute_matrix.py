@@ -16,7 +16,9 @@ Rows (workloads; --rows takes ids or shell patterns such as '16x*,matmul*'):
   500 µs; 4 of 200 µs; 8 of 1 ms; 16 of 50 µs; 16 of 5 ms; 8 of 1 ms kernels 2 blocks per SM wide;
   4 host threads each launching on its own stream (200 µs); a CUDA graph of 4 parallel branches of
   4 kernels (500 µs); 2 processes of one container x 2 streams (500 µs) and 4 processes x 1
-  stream (50 µs), started together through a barrier, rate = the processes' sum.
+  stream (50 µs), started together through a barrier, rate = the processes' sum; a server's
+  steps on one stream (4 launches of 20 µs, every 8th 2 ms, each step synchronised and followed
+  by 500 µs of host work).
   bench/compute/torch_workload.py: cuBLAS bf16 8192³ matmul on 1 stream, bf16 4096³ matmuls on 2
   streams, a PyTorch training step (4-layer transformer).
   bench/serving/serve.py (LLM serving, tokens/s) when present; skipped with a message otherwise;
@@ -101,6 +103,10 @@ ROWS = [
         "--streams 2 --kernel-us 500", 2, "kernels/s", 0.5),
     Row("4procs-1x50us", "4 processes × 1 stream, 50 µs kernels", "spin",
         "--streams 1 --kernel-us 50", 4, "kernels/s", 0.5),
+    # a server's steps: a stream learned uniform from its cheap launches whose expensive ones the
+    # tracker once capped away (docs/compute.md, "Uniform streams"); ~2/3 busy natively
+    Row("steps-20us-2ms", "server steps: 4 launches of 20 µs, every 8th 2 ms, synchronised, 500 µs host", "spin",
+        "--kernel-us 20 --steps 4 --expensive-every 8 --expensive-us 2000 --host-us 500", 1, "kernels/s", 0.5),
     Row("matmul", "cuBLAS bf16 8192³ matmul, 1 stream", "torch", "matmul", 1, "matmuls/s", 5.0),
     Row("matmul-2streams", "cuBLAS bf16 4096³ matmuls, 2 streams", "torch", "matmul --size 4096 --streams 2", 1,
         "matmuls/s", 5.0),

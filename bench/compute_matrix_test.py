@@ -200,10 +200,16 @@ class Plan(unittest.TestCase):
         self.assertAlmostEqual(cm.step_seconds(["group", "1x5us", [30, 60]], s, {"spin": 0.25}),
                                0.75 + tail + cm.BARRIER_S)
 
-    def test_default_plan_fits_a_device_call(self):
-        # the whole matrix without serving, plus ~1 min of library build, under 10 minutes
-        s = settings()
-        self.assertLess(cm.estimate_seconds(cm.build_plan(s), s), 500)
+    def test_each_part_fits_a_device_call(self):
+        # tests/gpu/run.sh runs the matrix in two parts (its header), each with ~1 min of library
+        # build in one 10-minute call; between them they run every row and both co-located rows
+        rows = set()
+        for part, colocated in (("1x*,2x*,4x*,8x*,16x*,4threads*,graph*,*procs*,steps*", "4x200us"),
+                                ("matmul*,train,serving", "matmul")):
+            s = settings(rows=part, colocated=colocated, serve_script=os.path.abspath(__file__))
+            self.assertLess(cm.estimate_seconds(cm.build_plan(s), s), 500, part)
+            rows.update(s.rows)
+        self.assertEqual(rows, set(cm.ROW))
 
     def test_rows_by_pattern_and_groups_follow_rows(self):
         s = settings(rows="16x*,matmul*")
@@ -246,7 +252,7 @@ class Plan(unittest.TestCase):
                            capture_output=True, text=True, timeout=60)
         self.assertEqual(r.returncode, 0, r.stderr)
         out = r.stdout
-        self.assertRegex(out.splitlines()[0], r"^plan: 20 blocks, 116 steps, about [\d.]+ min")
+        self.assertRegex(out.splitlines()[0], r"^plan: 21 blocks, 123 steps, about [\d.]+ min")
         self.assertIn("concurrency' run --streams 8 --kernel-us 1000 --blocks-per-sm 2 --warmup 0.5 --seconds 1.6", out)
         self.assertIn("concurrency' run --streams 16 --kernel-us 50 --warmup 0.5 --seconds 1.6", out)
         # the row whose period stretches to 200 ms: 1.5 windows

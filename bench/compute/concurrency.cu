@@ -9,6 +9,7 @@
 //                   [--graph-branches B --graph-depth L] [--warmup W] [--seconds D]
 //                   [--barrier DIR NAME] [--clock-spin] [--host-ns N] [--trace FILE]
 //                   [--pause RUN_MS IDLE_MS] [--mark-every N [--query-every M]] [--host-times]
+//                   [--steps N [--expensive-every M --expensive-us E] [--host-us H]]
 //     --kernel-us      run time of one kernel alone at the maximum SM clock (WorkKernel: a
 //                      chain of dependent loads, sized by IterationsPerUs); it needs that much
 //                      GPU time whoever else runs, so kernels/s is work done also when contexts
@@ -37,9 +38,14 @@
 //                      batch inside the window (two clock readings per call): adds launch_us (host
 //                      time per launch call) and wait_share (share of the launching threads' window
 //                      spent blocked in cudaEventSynchronize) to the JSON line
+//     --steps N        a server's steps instead of batches in flight (one stream, one thread): N
+//                      launches, then cudaStreamSynchronize, then --host-us H of host work (a
+//                      spin; default 0), and again; with --expensive-every M every M-th launch
+//                      is a kernel of --expensive-us E instead of --kernel-us (a prefill among
+//                      decode steps). Not with --graph-branches, --trace, --pause, --mark-every
 //   Prints one JSON line: kernels, seconds, rate (kernels/s), kernel_us, concurrency
-//   (rate x kernel time: kernels running at once on average), kernel ("work" or "clock-spin"),
-//   per_kernel (its iterations or cycles), t_start, t_end.
+//   (rate x kernel time, with --steps the mix's mean: kernels running at once on average),
+//   kernel ("work" or "clock-spin"), per_kernel (its iterations or cycles), t_start, t_end.
 // Every CUDA return code is checked (exit 2). Clocks are never changed.
 #include <cuda_runtime.h>
 
@@ -76,11 +82,16 @@ struct Options {
   double pause_run_s = 0, pause_idle_s = 0;
   int mark_every = 0, query_every = 0;
   bool host_times = false;
+  int steps = 0;
+  int expensive_every = 0;
+  double expensive_us = 0;
+  double host_us = 0;
 };
 
 struct Shared {
   long long cycles = 0;      // --clock-spin: clock64() cycles per kernel
   long long iterations = 0;  // otherwise: WorkKernel iterations per kernel
+  long long cycles_expensive = 0, iterations_expensive = 0;  // --steps: the same, expensive kernel
   bool clock_spin = false;
   long long host_ns = 0;     // --host-ns: spin this long after each launch
   double pause_run_s = 0, pause_idle_s = 0;  // --pause
@@ -120,12 +131,13 @@ struct HostTimer {
   double start;
 };
 
-void LaunchKernel(Shared& sh, cudaStream_t stream) {
+void LaunchKernel(Shared& sh, cudaStream_t stream, bool expensive = false) {
   const HostTimer timer(sh);
   if (sh.clock_spin) {
-    SpinKernel<<<sh.grid, 256, 0, stream>>>(sh.cycles, sh.sink);
+    SpinKernel<<<sh.grid, 256, 0, stream>>>(expensive ? sh.cycles_expensive : sh.cycles, sh.sink);
   } else {
-    WorkKernel<<<sh.grid, 256, 0, stream>>>(sh.iterations, 0, sh.sink, nullptr);
+    WorkKernel<<<sh.grid, 256, 0, stream>>>(expensive ? sh.iterations_expensive : sh.iterations, 0, sh.sink,
+                                            nullptr);
   }
   CHECK(cudaGetLastError());
   if (timer.start > 0) {
@@ -231,6 +243,23 @@ void Drive(Shared& sh, std::vector<Lane>* lanes) {
   }
 }
 
+// --steps: a server's loop on one stream. Counts a step's kernels when the window is open as its
+// synchronisation returns.
+void DriveSteps(Shared& sh, Lane* lane, const Options& o) {
+  long long launched = 0;
+  while (sh.phase.load(std::memory_order_acquire) != 2) {
+    for (int k = 0; k < o.steps; ++k) {
+      ++launched;
+      LaunchKernel(sh, lane->stream, o.expensive_every > 0 && launched % o.expensive_every == 0);
+    }
+    CHECK(cudaStreamSynchronize(lane->stream));
+    if (sh.phase.load(std::memory_order_acquire) == 1) sh.counted.fetch_add(o.steps);
+    const double until = Monotonic() + o.host_us * 1e-6;
+    while (Monotonic() < until) {
+    }
+  }
+}
+
 cudaGraphExec_t BuildGraph(Shared& sh, cudaStream_t main, int branches, int depth) {
   std::vector<cudaStream_t> side(branches);
   std::vector<cudaEvent_t> joins(branches);
@@ -285,6 +314,10 @@ bool ParseArgs(int argc, char** argv, Options* o) {
       o->pause_idle_s = atof(next("--pause")) * 1e-3;
     } else if (a == "--mark-every") o->mark_every = atoi(next("--mark-every"));
     else if (a == "--query-every") o->query_every = atoi(next("--query-every"));
+    else if (a == "--steps") o->steps = atoi(next("--steps"));
+    else if (a == "--expensive-every") o->expensive_every = atoi(next("--expensive-every"));
+    else if (a == "--expensive-us") o->expensive_us = atof(next("--expensive-us"));
+    else if (a == "--host-us") o->host_us = atof(next("--host-us"));
     else if (a == "--barrier") {
       o->barrier_dir = next("--barrier");
       o->barrier_name = next("--barrier");
@@ -297,6 +330,16 @@ bool ParseArgs(int argc, char** argv, Options* o) {
       o->blocks_per_sm < 1 || o->graph_branches < 0 || o->graph_depth < 1 || o->seconds <= 0 || o->warmup_s < 0 || o->host_ns < 0 || o->pause_run_s < 0 || o->pause_idle_s < 0 ||
       o->mark_every < 0 || o->query_every < 0 || (o->query_every > 0 && o->mark_every == 0)) {
     fprintf(stderr, "concurrency: bad arguments (kernel-us > 0, streams a multiple of threads, ...)\n");
+    return false;
+  }
+  const bool steps_options = o->expensive_every != 0 || o->expensive_us != 0 || o->host_us != 0;
+  if (o->steps < 0 || (o->steps == 0 && steps_options) ||
+      (o->steps > 0 && (o->streams != 1 || o->threads != 1 || o->graph_branches > 0 || !o->trace_path.empty() ||
+                        o->pause_run_s > 0 || o->mark_every > 0 || o->host_us < 0 || o->expensive_every < 0 ||
+                        (o->expensive_every > 0) != (o->expensive_us > 0)))) {
+    fprintf(stderr, "concurrency: bad --steps options (N > 0 on one stream and thread, without --graph-branches, "
+                    "--trace, --pause or --mark-every; --expensive-every M > 0 with --expensive-us E > 0; "
+                    "--host-us >= 0)\n");
     return false;
   }
   return true;
@@ -352,7 +395,8 @@ int main(int argc, char** argv) {
   if (argc < 2 || strcmp(argv[1], "run") != 0) {
     fprintf(stderr, "usage: concurrency run --kernel-us K [--streams S] [--threads T] [--blocks-per-sm F] "
                     "[--graph-branches B --graph-depth L] [--warmup W] [--seconds D] [--barrier DIR NAME] [--clock-spin] "
-                    "[--host-ns N] [--trace FILE] [--pause RUN_MS IDLE_MS] [--mark-every N [--query-every M]] [--host-times]\n");
+                    "[--host-ns N] [--trace FILE] [--pause RUN_MS IDLE_MS] [--mark-every N [--query-every M]] [--host-times] "
+                    "[--steps N [--expensive-every M --expensive-us E] [--host-us H]]\n");
     return 2;
   }
   Options o;
@@ -377,9 +421,13 @@ int main(int argc, char** argv) {
     sh.ref_s = Monotonic();
   }
   if (o.clock_spin) {
-    sh.cycles = static_cast<long long>(CyclesPerUs(probe) * o.kernel_us);
+    const double per_us = CyclesPerUs(probe);
+    sh.cycles = static_cast<long long>(per_us * o.kernel_us);
+    sh.cycles_expensive = static_cast<long long>(per_us * o.expensive_us);
   } else {
-    sh.iterations = std::max(1LL, static_cast<long long>(IterationsPerUs(probe) * o.kernel_us));
+    const double per_us = IterationsPerUs(probe);
+    sh.iterations = std::max(1LL, static_cast<long long>(per_us * o.kernel_us));
+    sh.iterations_expensive = std::max(1LL, static_cast<long long>(per_us * o.expensive_us));
   }
   const bool graph_mode = o.graph_branches > 0;
   const int lanes_total = graph_mode ? 1 : o.streams;
@@ -403,7 +451,11 @@ int main(int argc, char** argv) {
   }
   const double warm_end = Monotonic() + o.warmup_s;
   std::vector<std::thread> workers;
-  for (int t = 0; t < threads; ++t) workers.emplace_back(Drive, std::ref(sh), &per_thread[t]);
+  if (o.steps > 0) {
+    workers.emplace_back(DriveSteps, std::ref(sh), &per_thread[0][0], std::cref(o));
+  } else {
+    for (int t = 0; t < threads; ++t) workers.emplace_back(Drive, std::ref(sh), &per_thread[t]);
+  }
   sh.t_start = WaitForStart(o, warm_end);
   sh.phase.store(1, std::memory_order_release);
   while (Monotonic() < sh.t_start + o.seconds) usleep(500);
@@ -413,6 +465,8 @@ int main(int argc, char** argv) {
   const double seconds = sh.t_end - sh.t_start;
   const long long kernels = sh.counted.load();
   const double rate = kernels / seconds;
+  const double mean_kernel_us =  // --steps: the mix's mean kernel time
+      o.expensive_every > 0 ? o.kernel_us + (o.expensive_us - o.kernel_us) / o.expensive_every : o.kernel_us;
   if (o.host_times) {  // the JSON line goes on below
     const long long calls = std::max(1LL, sh.launch_calls.load());
     printf("{\"launch_us\": %.3f, \"wait_share\": %.4f, ", sh.launch_ns.load() * 1e-3 / calls,
@@ -423,7 +477,7 @@ int main(int argc, char** argv) {
   printf("\"kernels\": %lld, \"seconds\": %.6f, \"rate\": %.3f, \"kernel_us\": %.3f, \"concurrency\": %.4f, "
          "\"streams\": %d, \"threads\": %d, \"graph_branches\": %d, \"kernel\": \"%s\", \"per_kernel\": %lld, "
          "\"t_start\": %.6f, \"t_end\": %.6f}\n",
-         kernels, seconds, rate, o.kernel_us, rate * o.kernel_us * 1e-6, lanes_total, threads, o.graph_branches,
+         kernels, seconds, rate, o.kernel_us, rate * mean_kernel_us * 1e-6, lanes_total, threads, o.graph_branches,
          o.clock_spin ? "clock-spin" : "work", o.clock_spin ? sh.cycles : sh.iterations, sh.t_start, sh.t_end);
   fflush(stdout);
   if (sh.trace && !WriteTrace(o.trace_path, sh)) return 2;

@@ -23,12 +23,14 @@
 #              for one stream (~10 s); VGPU_COMPUTE_TRACE read by bench/compute/trace_report.py
 #              (~10 s); the limited launch path's rate against native, 1 and 16 streams (~20 s)
 #   matrix     the compute limit's concurrency matrix: streams, host threads, processes, graphs,
-#              cuBLAS, training, serving when bench/serving/serve.py exists, co-located 30+60 and
-#              3 x 30 (bench/compute_matrix.py, ~11 min with serving: more than one device call;
-#              --quick: limits 30 and 60, ~6 min); VGPU_MATRIX_BUDGET=S passes --budget S (rows
-#              that would end later are not run), VGPU_MATRIX_ARGS="..." more options, e.g. one
-#              part per call ("--rows '1x*,2x*,4x*,8x*,16x*,4threads*,graph*,*procs*' --colocated
-#              4x200us", then "--rows 'matmul*,train,serving' --colocated matmul"), joined
+#              a server's steps, cuBLAS, training, serving when bench/serving/serve.py exists,
+#              co-located 30+60 and 3 x 30 (bench/compute_matrix.py, ~12 min with serving: more
+#              than one device call; --quick: limits 30 and 60, ~6 min); VGPU_MATRIX_BUDGET=S
+#              passes --budget S (rows that would end later are not run), VGPU_MATRIX_ARGS="..."
+#              more options, e.g. one part per call:
+#                "--rows '1x*,2x*,4x*,8x*,16x*,4threads*,graph*,*procs*,steps*' --colocated 4x200us",
+#                then "--rows 'matmul*,train,serving' --colocated matmul"
+#              (bench/compute_matrix_test.py checks that each fits a call), joined
 #              afterwards with bench/compute_matrix.py --from-json A.json B.json --out DIR
 #   node       vgpu-node on real NVML (tests/node/gpu/node_gpu_check.sh, ~2 min)
 #   compat     only when named: the runtime matrix, every check of the real-GPU test programs
