@@ -14,9 +14,12 @@ nothing (the build's bench/libvgpu_null_preload.so). The same file is the fake w
 It honours --barrier DIR NAME like the real workloads, sleeps through its window and prints the
 real workload's JSON line: a native rate that depends on the arguments, times P / 100 when
 LD_PRELOAD and CUDA_DEVICE_SM_LIMIT=P are set, plus the points of FAKE_MATRIX_DEVIATE
-("SUBSTRING@P=POINTS;...": when SUBSTRING is in its arguments and P is its limit); it fails
-(exit 2) where FAKE_MATRIX_FAIL ("SUBSTRING@P;...") says. Every process appends what it saw
-(kind, arguments, preload, limit, ledger, barrier name) to the JSON lines file FAKE_MATRIX_LOG.
+("SUBSTRING@P=POINTS;...": when SUBSTRING is in its arguments, or in "preload:" + LD_PRELOAD,
+and P is its limit); it fails (exit 2) where FAKE_MATRIX_FAIL ("SUBSTRING@P;...") says. Limited
+with LIBCUDA_LOG_LEVEL=4, it prints a limiter's summary line as libvgpu.so does at exit (20 marks
+per 1,000 launches, the limit as the measured share). Every process appends what it saw (kind,
+arguments, preload, limit, ledger, barrier name) to the JSON lines file FAKE_MATRIX_LOG.
+bench/compute_ab_test.py uses the same fake.
 """
 import contextlib
 import io
@@ -54,7 +57,7 @@ def _matches(spec, text, limit):
 
 def fake(argv):
     kind, args = argv[0], argv[1:]
-    text = " ".join(args)
+    text = " ".join(args) + " preload:" + os.environ.get("LD_PRELOAD", "")
     limited = bool(os.environ.get("LD_PRELOAD")) and "CUDA_DEVICE_SM_LIMIT" in os.environ
     limit = int(os.environ["CUDA_DEVICE_SM_LIMIT"]) if limited else None
     barrier = None
@@ -99,6 +102,11 @@ def fake(argv):
     share = 100.0 if limit is None else limit + sum(float(v) for v in _matches(
         os.environ.get("FAKE_MATRIX_DEVIATE"), text, limit))
     rate = base * share / 100.0
+    if limited and os.environ.get("LIBCUDA_LOG_LEVEL") == "4":
+        print(f"vgpu[{os.getpid()}] DEBUG: compute device 0: mode 0, target {limit * 10000} ppm, measured "
+              f"{limit * 10000} ppm, correction 0 ppm, busy 1.0 ms, throttled 0.0 ms; 1000 launches, 20 marks "
+              "(2 begins), 40 queries (0 by polls), 0 event errors; 3 queue waits (0.6 ms; window 3, work 0, age "
+              "0); 0 intervals of other processes read (0 skipped); period 50.0 ms", file=sys.stderr)
     result = {"rate": rate, "t_start": t_start, "t_end": time.monotonic()}
     if kind == "torch":
         result["t_ready"] = t_ready

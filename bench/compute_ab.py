@@ -1,0 +1,276 @@
+#!/usr/bin/env python3
+"""Two builds of libvgpu.so against each other on a real GPU, alternating in one run, with native
+runs in every round: what a change to the compute limiter does, as ratios measured together.
+
+    python3 bench/compute_ab.py --old OLD/libvgpu.so --new NEW/libvgpu.so --out DIR
+                                [--rows PATTERNS] [--limits 30,60,90] [--rounds 2]
+                                [--serving LIMITS] [--serving-cpus auto|all|LIST]
+                                [--warmup W --seconds S] [--dry-run]
+
+Rows (--rows takes ids or shell patterns, comma-separated): the concurrency matrix's rows of
+bench/compute/concurrency.cu (bench/compute_matrix.py: 1x5us, 16x50us, 16x5ms, steps-20us-2ms,
+...; the multi-process rows excepted), each with its matrix window (0.5 s warm-up, 1.6 s), and two
+rows of the limited launch path's cost, judged at a limit of 99 only: launch-1x2us and
+launch-16x2us, one host thread launching 2 µs kernels on 1 or 16 streams (0.3 s warm-up, 1 s,
+as tests/gpu/run.sh's launch path check). Default: launch-1x2us, 1x5us, 16x50us, 16x5ms,
+steps-20us-2ms at 30, 60, 90.
+
+Each round runs every row natively, then at each limit with the old and the new library (which
+one goes first alternates by round and limit), each limited run with a fresh ledger and
+LIBCUDA_LOG_LEVEL=4: the limiter's summary at exit gives its marks per launch, queue waits,
+measured share and period. --warmup / --seconds replace every row's window (serving's too).
+--serving L adds bench/serving/serve.py (bench/compute_matrix.py's
+serving arguments, pinned as there) at the limits L, old and new, with a native run per round;
+its tokens/s and the limiter's busy time over the process's life.
+
+Output: DIR/compute-ab.md (per row and limit: the native rates, old and new as a share of the
+round's native rate, and their marks per launch) and DIR/compute-ab.json, the table printed too;
+every command and its output in DIR/compute-ab.log. Exit status 1 when a run failed.
+
+An old library beside the working tree's, on a GPU machine whose git metadata may lag (archive
+the commit where it exists, carry the folder, build both in one call):
+    git archive REF CMakeLists.txt src | (mkdir -p scratch/old && tar -x -C scratch/old)
+    cmake -S scratch/old -B /tmp/old -G Ninja -DCMAKE_BUILD_TYPE=Release -DVGPU_BUILD_TESTS=OFF \\
+        -DVGPU_BUILD_EXAMPLES=OFF -DVGPU_BUILD_BENCH=OFF && cmake --build /tmp/old
+"""
+import argparse
+import fnmatch
+import json
+import os
+import re
+import shlex
+import statistics
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import compute_matrix as cm  # noqa: E402
+from compute_common import ROOT, Launcher, fmt, git_describe, log, nvcc_build  # noqa: E402
+
+OUTPUT = "compute-ab"
+LAUNCH_ROWS = {
+    "launch-1x2us": "--streams 1 --kernel-us 2 --warmup 0.3 --seconds 1",
+    "launch-16x2us": "--streams 16 --kernel-us 2 --warmup 0.3 --seconds 1",
+}
+DEFAULT_ROWS = "launch-1x2us,1x5us,16x50us,16x5ms,steps-20us-2ms"
+MATRIX_WINDOW = "--warmup 0.5 --seconds 1.6"
+
+
+def spin_rows():
+    """Row id -> concurrency.cu arguments, launch rows first, then the matrix's in its order."""
+    rows = dict(LAUNCH_ROWS)
+    for r in cm.ROWS:
+        if r.kind == "spin" and r.procs == 1:
+            rows[r.id] = f"{r.args} {MATRIX_WINDOW}"
+    return rows
+
+
+def select(patterns, rows, error):
+    chosen = set()
+    for pat in [p.strip() for p in patterns.split(",") if p.strip()]:
+        hits = [r for r in rows if fnmatch.fnmatchcase(r, pat)]
+        if not hits:
+            error(f"--rows {pat!r} matches no row; rows: {', '.join(rows)}")
+        chosen.update(hits)
+    return [r for r in rows if r in chosen]
+
+
+def limits_of(row, limits):
+    return [99] if row in LAUNCH_ROWS else limits
+
+
+def summary_of(stderr):
+    """The limiter's summary at exit (LIBCUDA_LOG_LEVEL=4), device 0's last line: what it says of
+    launches, marks, queue waits, its measured share, busy time and period."""
+    lines = [l for l in stderr.splitlines() if "compute device 0:" in l]
+    if not lines:
+        return {}
+    line = lines[-1]
+    out = {}
+    for key, pattern in (("launches", r"(\d+) launches"), ("marks", r"(\d+) marks"),
+                         ("queue_waits", r"(\d+) queue waits"), ("measured_ppm", r"measured (\d+) ppm"),
+                         ("busy_ms", r"busy ([\d.]+) ms"), ("period_ms", r"period ([\d.]+) ms")):
+        m = re.search(pattern, line)
+        if m:
+            out[key] = float(m.group(1))
+    if out.get("launches"):
+        out["marks_per_launch"] = out.get("marks", 0) / out["launches"]
+    return out
+
+
+class Runner:
+    def __init__(self, args, logf):
+        self.args = args
+        self.libs = {"old": Launcher(args.old, logf, prefix="vgpu-ab-old-"),
+                     "new": Launcher(args.new, logf, prefix="vgpu-ab-new-")}
+        self.native = self.libs["old"]  # native runs drop the library's variables either way
+        self.binary = None
+        self.failed = 0
+        cpus = cm.serving_cpus(args.serving_cpus, lambda m: sys.exit(f"compute_ab: {m}"))
+        self.serve_prefix = ["taskset", "-c", cpus] if cpus else []
+
+    def close(self):
+        for launcher in self.libs.values():
+            launcher.close()
+
+    def command(self, row):
+        if row == "serving":
+            prog = [sys.executable, self.args.serve_script]
+            if self.args.workload_cmd:
+                prog = shlex.split(self.args.workload_cmd) + ["serving"]
+            return self.serve_prefix + prog + shlex.split(cm.DEFAULT_SERVING_ARGS) + self.window()
+        prog = shlex.split(self.args.workload_cmd) + ["spin"] if self.args.workload_cmd else [self.binary, "run"]
+        return prog + shlex.split(spin_rows()[row]) + self.window()
+
+    def window(self):
+        """--warmup / --seconds after the row's own: the workloads take the last one given."""
+        out = []
+        if self.args.warmup is not None:
+            out += ["--warmup", f"{self.args.warmup:g}"]
+        if self.args.seconds is not None:
+            out += ["--seconds", f"{self.args.seconds:g}"]
+        return out
+
+    def run(self, row, lib, limit):
+        """One run: lib None (native) or "old" / "new" at `limit`. Returns its record."""
+        launcher = self.native if lib is None else self.libs[lib]
+        env = launcher.env_for(None if lib is None else limit)
+        if lib is not None:
+            env["LIBCUDA_LOG_LEVEL"] = "4"
+        timeout = 300 if row == "serving" else 90
+        out, err, rc, _ = launcher.run(self.command(row), env, timeout)
+        res = launcher.result_of(out, err, rc)
+        rate = res.get("tokens_per_s" if row == "serving" else "rate")
+        rec = {"row": row, "lib": lib or "native", "limit": limit, "rate": rate, "error": res.get("error")}
+        if lib is not None:
+            rec.update(summary_of(err))
+        if rec["error"] or not isinstance(rate, (int, float)):
+            self.failed += 1
+            rec["error"] = rec["error"] or "no rate"
+        log(f"{row} {rec['lib']}" + (f" at {limit}" if lib else "") + ": " +
+            (rec["error"] if rec["error"] else fmt(rate, 1)))
+        return rec
+
+
+def plan(rows, s):
+    """Every run in order: (row, lib or None, limit)."""
+    steps = []
+    for rnd in range(s.rounds):
+        for i, row in enumerate(rows):
+            steps.append((row, None, None))
+            for j, limit in enumerate(limits_of(row, s.limits)):
+                pair = ["old", "new"] if (rnd + i + j) % 2 == 0 else ["new", "old"]
+                steps += [(row, lib, limit) for lib in pair]
+    return steps
+
+
+def table(records, rows, s):
+    """Markdown: per row and limit, the rounds' native rates and old / new shares of them."""
+    out = ["| row | limit | native rate per round | old: share of native | new: share of native | "
+           "marks per launch, old / new | limiter's measure (ppm), old / new |", "|---|---|---|---|---|---|---|"]
+    for row in rows:
+        natives = [r for r in records if r["row"] == row and r["lib"] == "native"]
+        for limit in limits_of(row, s.limits):
+            cells = {"old": [], "new": []}
+            marks = {"old": [], "new": []}
+            measure = {"old": [], "new": []}
+            for rnd, nat in enumerate(natives):
+                for lib in ("old", "new"):
+                    rec = next((r for r in records if r["row"] == row and r["lib"] == lib and r["limit"] == limit
+                                and r["round"] == rnd), None)
+                    ok = rec and not rec["error"] and not nat["error"] and nat["rate"]
+                    cells[lib].append(fmt(100.0 * rec["rate"] / nat["rate"], 1) if ok else "–")
+                    marks[lib].append(fmt(rec.get("marks_per_launch"), 3) if rec else "–")
+                    measure[lib].append(str(int(rec["measured_ppm"])) if rec and "measured_ppm" in rec else "–")
+            rates = ", ".join(fmt(n["rate"], 0) if not n["error"] else "failed" for n in natives)
+            mean = {lib: [float(c) for c in cells[lib] if c != "–"] for lib in cells}
+            shown = {lib: ", ".join(cells[lib]) + (f" (mean {statistics.mean(mean[lib]):.1f})" if mean[lib] else "")
+                     for lib in cells}
+            out.append(f"| {row} | {limit} | {rates} | {shown['old']} | {shown['new']} | "
+                       f"{', '.join(marks['old'])} / {', '.join(marks['new'])} | "
+                       f"{', '.join(measure['old'])} / {', '.join(measure['new'])} |")
+    return "\n".join(out)
+
+
+def parser():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    p.add_argument("--old", required=True, help="the library to compare against (libvgpu.so)")
+    p.add_argument("--new", required=True, help="the library under test (libvgpu.so)")
+    p.add_argument("--out", default=os.environ.get("OUT", ""), help="output folder (default $OUT)")
+    p.add_argument("--rows", default=DEFAULT_ROWS, help=f"row ids or shell patterns (default {DEFAULT_ROWS})")
+    p.add_argument("--limits", default="30,60,90", help="limits of the rows but the launch rows (default 30,60,90)")
+    p.add_argument("--rounds", type=int, default=2, help="rounds, each with its own native runs (default 2)")
+    p.add_argument("--serving", default="", help="limits for bench/serving/serve.py (default: not run)")
+    p.add_argument("--warmup", type=float, help="warm-up of every run, seconds (default: the row's)")
+    p.add_argument("--seconds", type=float, help="window of every run, seconds (default: the row's)")
+    p.add_argument("--serving-cpus", default="auto", help="CPUs the serving runs are pinned to (as "
+                   "bench/compute_matrix.py's option; default auto)")
+    p.add_argument("--serve-script", default=os.path.join(ROOT, "bench", "serving", "serve.py"), help=argparse.SUPPRESS)
+    p.add_argument("--workload-cmd", help=argparse.SUPPRESS)  # tests: replaces every workload's program
+    p.add_argument("--gpu-index", type=int, default=0, help="the GPU whose compute capability nvcc targets")
+    p.add_argument("--dry-run", action="store_true", help="print the runs and exit; needs no GPU")
+    return p
+
+
+def main(argv=None):
+    p = parser()
+    s = p.parse_args(argv)
+    rows = select(s.rows, spin_rows(), p.error)
+    s.limits = cm.parse_limits(s.limits, "--limits", p.error)
+    serving = cm.parse_limits(s.serving, "--serving", p.error) if s.serving else []
+    if s.rounds < 1:
+        p.error(f"--rounds {s.rounds}: expected 1 or more")
+    if (s.warmup is not None and s.warmup < 0) or (s.seconds is not None and not s.seconds > 0):
+        p.error("--warmup must be >= 0 and --seconds > 0")
+    for name in ("old", "new"):
+        if not s.dry_run and not os.path.isfile(getattr(s, name)):
+            p.error(f"--{name} {getattr(s, name)}: no such file")
+    if serving and not s.workload_cmd and not os.path.isfile(s.serve_script):
+        p.error(f"--serving: {s.serve_script} does not exist")
+    steps = plan(rows, s)
+    if serving:
+        rows.append("serving")
+        serving_s = argparse.Namespace(rounds=s.rounds, limits=serving)
+        steps += plan(["serving"], serving_s)
+    if s.dry_run:
+        for row, lib, limit in steps:
+            print(f"{row} {lib or 'native'}" + (f" at {limit}" if lib else ""))
+        return 0
+    if not s.out:
+        p.error("--out (or $OUT) is required")
+    os.makedirs(s.out, exist_ok=True)
+    with open(os.path.join(s.out, OUTPUT + ".log"), "w") as logf:
+        runner = Runner(s, logf)
+        try:
+            if not s.workload_cmd:
+                runner.binary = nvcc_build(cm.CONCURRENCY_SRC, os.path.join(s.out, "bench-compute", "concurrency"),
+                                           s.gpu_index, runner.native.note)
+                if not runner.binary:
+                    return 1
+            records = []
+            rounds = {}
+            for row, lib, limit in steps:
+                if lib is None:
+                    rounds[row] = rounds.get(row, -1) + 1
+                rec = runner.run(row, lib, limit)
+                rec["round"] = rounds[row]
+                records.append(rec)
+        finally:
+            runner.close()
+    limits_s = argparse.Namespace(limits=s.limits)
+    md = table(records, [r for r in rows if r != "serving"], limits_s)
+    if serving:
+        md += "\n\n" + table(records, ["serving"], argparse.Namespace(limits=serving))
+    header = (f"vgpu compute A/B: old {os.path.abspath(s.old)}, new {os.path.abspath(s.new)} "
+              f"({git_describe()}); {s.rounds} rounds, native runs in each")
+    with open(os.path.join(s.out, OUTPUT + ".md"), "w") as f:
+        f.write(header + "\n\n" + md + "\n")
+    with open(os.path.join(s.out, OUTPUT + ".json"), "w") as f:
+        json.dump({"old": s.old, "new": s.new, "records": records}, f, indent=1)
+    print(header + "\n\n" + md)
+    return 1 if runner.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

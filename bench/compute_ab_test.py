@@ -1,0 +1,126 @@
+#!/usr/bin/env python3
+"""CI test of bench/compute_ab.py (ctest bench_compute_ab): the order of the runs, the limiter's
+summary read from a real one, and whole runs against bench/compute_matrix_test.py's fake workload,
+with no GPU.
+
+    python3 bench/compute_ab_test.py <library to preload>
+
+The library (the build's bench/libvgpu_null_preload.so) is copied as old.so and new.so, so that
+the fake can tell them apart by LD_PRELOAD.
+"""
+import contextlib
+import io
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import compute_ab as ab  # noqa: E402
+
+LIBRARY = None  # set from argv
+FAKE = os.path.join(HERE, "compute_matrix_test.py")
+
+# The summary libvgpu.so printed at exit on the H200 (16 streams of 5 ms kernels at 60, 2026-11-26).
+H200_SUMMARY = (
+    "vgpu[1234] DEBUG: compute device 0: mode 0, target 600000 ppm, measured 577068 ppm, correction 0 ppm, "
+    "busy 2957.4 ms, throttled 2326.9 ms, NVML share 0.680, others busy 0.000; 4577 launches, 4848 marks "
+    "(442 begins), 23842 queries (15846 by polls), 0 event errors; 405 queue waits (81.0 ms; window 0, "
+    "work 405, age 0); 0 intervals of other processes read (0 skipped); period 200.0 ms")
+
+
+def dry_run(*args):
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        rc = ab.main(["--old", "old.so", "--new", "new.so", "--dry-run", *args])
+    return rc, out.getvalue().splitlines()
+
+
+class Plan(unittest.TestCase):
+    def test_native_first_then_old_and_new_alternating(self):
+        rc, lines = dry_run("--rows", "1x5us,launch-1x2us", "--limits", "30,60", "--rounds", "2")
+        self.assertEqual(rc, 0)
+        self.assertEqual(lines, [
+            "launch-1x2us native", "launch-1x2us old at 99", "launch-1x2us new at 99",  # launch rows: 99 only
+            "1x5us native", "1x5us new at 30", "1x5us old at 30", "1x5us old at 60", "1x5us new at 60",
+            "launch-1x2us native", "launch-1x2us new at 99", "launch-1x2us old at 99",
+            "1x5us native", "1x5us old at 30", "1x5us new at 30", "1x5us new at 60", "1x5us old at 60"])
+
+    def test_rows_are_the_matrix_spin_rows_of_one_process(self):
+        rows = ab.spin_rows()
+        self.assertIn("steps-20us-2ms", rows)
+        self.assertIn("--steps 4", rows["steps-20us-2ms"])
+        self.assertNotIn("2procs-2x500us", rows)
+        self.assertNotIn("matmul", rows)
+        self.assertTrue(rows["16x5ms"].endswith(ab.MATRIX_WINDOW))
+
+    def test_bad_options_name_the_input(self):
+        for args, needle in ((["--rows", "nope*"], "--rows 'nope*'"), (["--limits", "0"], "0 is outside"),
+                             (["--rounds", "0"], "--rounds 0"), (["--seconds", "0"], "--seconds > 0")):
+            err = io.StringIO()
+            with contextlib.redirect_stderr(err), self.assertRaises(SystemExit):
+                dry_run(*args)
+            self.assertIn(needle, err.getvalue())
+
+    def test_summary_of_a_real_one(self):
+        got = ab.summary_of("other output\n" + H200_SUMMARY + "\n")
+        self.assertEqual(got["launches"], 4577)
+        self.assertEqual(got["marks"], 4848)
+        self.assertAlmostEqual(got["marks_per_launch"], 4848 / 4577)
+        self.assertEqual(got["queue_waits"], 405)
+        self.assertEqual(got["measured_ppm"], 577068)
+        self.assertEqual(got["busy_ms"], 2957.4)
+        self.assertEqual(got["period_ms"], 200.0)
+        self.assertEqual(ab.summary_of("no summary"), {})
+
+
+class Runs(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="compute-ab-test-")
+        self.old = os.path.join(self.tmp, "old.so")
+        self.new = os.path.join(self.tmp, "new.so")
+        shutil.copy(LIBRARY, self.old)
+        shutil.copy(LIBRARY, self.new)
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def run_ab(self, *args, deviate="", fail=""):
+        env = dict(os.environ, FAKE_MATRIX_LOG=os.path.join(self.tmp, "fake.log"), FAKE_MATRIX_DEVIATE=deviate,
+                   FAKE_MATRIX_FAIL=fail)
+        out = os.path.join(self.tmp, "out")
+        cmd = [sys.executable, os.path.join(HERE, "compute_ab.py"), "--old", self.old, "--new", self.new,
+               "--out", out, "--workload-cmd", f"{sys.executable} {FAKE} fake", "--warmup", "0",
+               "--seconds", "0.05", "--serving-cpus", "all", *args]
+        r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+        md = ""
+        if os.path.exists(os.path.join(out, "compute-ab.md")):
+            with open(os.path.join(out, "compute-ab.md")) as f:
+                md = f.read()
+        return r, md
+
+    def test_shares_of_each_rounds_native_and_the_summary(self):
+        r, md = self.run_ab("--rows", "1x5us,launch-1x2us", "--limits", "30,60", "--serving", "10",
+                            deviate=f"preload:{self.new}@60=-5")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("| 1x5us | 30 | 200000, 200000 | 30.0, 30.0 (mean 30.0) | 30.0, 30.0 (mean 30.0) | "
+                      "0.020, 0.020 / 0.020, 0.020 | 300000, 300000 / 300000, 300000 |", md)
+        self.assertIn("| 1x5us | 60 | 200000, 200000 | 60.0, 60.0 (mean 60.0) | 55.0, 55.0 (mean 55.0) |", md)
+        self.assertIn("| launch-1x2us | 99 | 500000, 500000 | 99.0, 99.0 (mean 99.0) |", md)
+        self.assertIn("| serving | 10 | 5000, 5000 | 10.0, 10.0 (mean 10.0) | 10.0, 10.0 (mean 10.0) |", md)
+        self.assertEqual(r.stdout.count("| 1x5us |"), 2)  # the table is printed too
+
+    def test_a_failed_run_shows_and_sets_the_exit_status(self):
+        r, md = self.run_ab("--rows", "1x5us", "--limits", "30", "--rounds", "1", fail=f"preload:{self.old}@30")
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("| 1x5us | 30 | 200000 | – | 30.0 (mean 30.0) |", md)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 2:
+        sys.exit("usage: compute_ab_test.py <library to preload>")
+    LIBRARY = os.path.abspath(sys.argv.pop(1))
+    unittest.main(verbosity=2)
