@@ -34,7 +34,6 @@ the commit where it exists, carry the folder, build both in one call):
         -DVGPU_BUILD_EXAMPLES=OFF -DVGPU_BUILD_BENCH=OFF && cmake --build /tmp/old
 """
 import argparse
-import fnmatch
 import json
 import os
 import re
@@ -63,16 +62,6 @@ def spin_rows():
         if r.kind == "spin" and r.procs == 1:
             rows[r.id] = f"{r.args} {MATRIX_WINDOW}"
     return rows
-
-
-def select(patterns, rows, error):
-    chosen = set()
-    for pat in [p.strip() for p in patterns.split(",") if p.strip()]:
-        hits = [r for r in rows if fnmatch.fnmatchcase(r, pat)]
-        if not hits:
-            error(f"--rows {pat!r} matches no row; rows: {', '.join(rows)}")
-        chosen.update(hits)
-    return [r for r in rows if r in chosen]
 
 
 def limits_of(row, limits):
@@ -216,7 +205,7 @@ def parser():
 def main(argv=None):
     p = parser()
     s = p.parse_args(argv)
-    rows = select(s.rows, spin_rows(), p.error)
+    rows = cm.select_rows(s.rows, p.error, list(spin_rows()))
     s.limits = cm.parse_limits(s.limits, "--limits", p.error)
     serving = cm.parse_limits(s.serving, "--serving", p.error) if s.serving else []
     if s.rounds < 1:

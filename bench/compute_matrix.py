@@ -239,16 +239,18 @@ def parse_limits(text, what, error):
     return out
 
 
-def select_rows(patterns, error):
+def select_rows(patterns, error, ids=None):
+    """The row ids (of ROWS, or of `ids`) that comma-separated ids or shell patterns name, in order."""
+    ids = [r.id for r in ROWS] if ids is None else ids
     if not patterns:
-        return [r.id for r in ROWS]
+        return list(ids)
     chosen = set()
     for pat in [p.strip() for p in patterns.split(",") if p.strip()]:
-        hits = [r.id for r in ROWS if fnmatch.fnmatchcase(r.id, pat)]
+        hits = [i for i in ids if fnmatch.fnmatchcase(i, pat)]
         if not hits:
-            error(f"--rows {pat!r} matches no row; rows: {', '.join(ROW)}")
+            error(f"--rows {pat!r} matches no row; rows: {', '.join(ids)}")
         chosen.update(hits)
-    return [r.id for r in ROWS if r.id in chosen]  # in table order
+    return [i for i in ids if i in chosen]  # in table order
 
 
 def build_plan(s):
