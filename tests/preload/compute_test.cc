@@ -238,7 +238,9 @@ TEST_F(ComputeTest, TraceRecordsEveryLaunchTheRestsAndTheBusyIntervals) {
     int device = -1;
     int64_t x = 0, y = 0, z = 0;
     ASSERT_TRUE(fields >> kind >> device >> x >> y) << line;
-    if (kind == 'C') ASSERT_TRUE(fields >> z) << line;  // C: time, estimated, measured
+    if (kind == 'C') {
+      ASSERT_TRUE(fields >> z) << line;  // C: time, estimated, measured
+    }
     EXPECT_EQ(device, 0);
     if (kind != 'S' && kind != 'C') {
       EXPECT_LE(x, y) << kind;  // S: time and duration
