@@ -103,8 +103,8 @@ ROWS = [
         "--streams 2 --kernel-us 500", 2, "kernels/s", 0.5),
     Row("4procs-1x50us", "4 processes × 1 stream, 50 µs kernels", "spin",
         "--streams 1 --kernel-us 50", 4, "kernels/s", 0.5),
-    # a server's steps: a stream learned uniform from its cheap launches whose expensive ones the
-    # tracker once capped away (docs/compute.md, "Uniform streams"); ~2/3 busy natively
+    # a server's steps: the shape whose expensive launches a uniform stream's cap once hid
+    # (docs/compute.md, "Uniform streams"); ~2/3 busy natively
     Row("steps-20us-2ms", "server steps: 4 launches of 20 µs, every 8th 2 ms, synchronised, 500 µs host", "spin",
         "--kernel-us 20 --steps 4 --expensive-every 8 --expensive-us 2000 --host-us 500", 1, "kernels/s", 0.5),
     Row("matmul", "cuBLAS bf16 8192³ matmul, 1 stream", "torch", "matmul", 1, "matmuls/s", 5.0),
