@@ -42,7 +42,8 @@
 //                      launches, then cudaStreamSynchronize, then --host-us H of host work (a
 //                      spin; default 0), and again; with --expensive-every M every M-th launch
 //                      is a kernel of --expensive-us E instead of --kernel-us (a prefill among
-//                      decode steps). Not with --graph-branches, --trace, --pause, --mark-every
+//                      decode steps). Not with --graph-branches, --trace, --pause, --mark-every,
+//                      --host-times (which times only batches' waits)
 //   Prints one JSON line: kernels, seconds, rate (kernels/s), kernel_us, concurrency
 //   (rate x kernel time, with --steps the mix's mean: kernels running at once on average),
 //   kernel ("work" or "clock-spin"), per_kernel (its iterations or cycles), t_start, t_end.
@@ -131,6 +132,13 @@ struct HostTimer {
   double start;
 };
 
+// Host work: spins for `seconds` (a launcher slower per launch, a server's step between syncs).
+void SpinHost(double seconds) {
+  const double until = Monotonic() + seconds;
+  while (Monotonic() < until) {
+  }
+}
+
 void LaunchKernel(Shared& sh, cudaStream_t stream, bool expensive = false) {
   const HostTimer timer(sh);
   if (sh.clock_spin) {
@@ -144,11 +152,7 @@ void LaunchKernel(Shared& sh, cudaStream_t stream, bool expensive = false) {
     sh.launch_ns.fetch_add(timer.ElapsedNs(), std::memory_order_relaxed);
     sh.launch_calls.fetch_add(1, std::memory_order_relaxed);
   }
-  if (sh.host_ns > 0) {
-    const double until = Monotonic() + sh.host_ns * 1e-9;
-    while (Monotonic() < until) {
-    }
-  }
+  if (sh.host_ns > 0) SpinHost(sh.host_ns * 1e-9);
 }
 
 // --pause: every pause_run_s of launching, the thread stops for pause_idle_s (thread_local:
@@ -254,9 +258,7 @@ void DriveSteps(Shared& sh, Lane* lane, const Options& o) {
     }
     CHECK(cudaStreamSynchronize(lane->stream));
     if (sh.phase.load(std::memory_order_acquire) == 1) sh.counted.fetch_add(o.steps);
-    const double until = Monotonic() + o.host_us * 1e-6;
-    while (Monotonic() < until) {
-    }
+    SpinHost(o.host_us * 1e-6);
   }
 }
 
@@ -335,10 +337,10 @@ bool ParseArgs(int argc, char** argv, Options* o) {
   const bool steps_options = o->expensive_every != 0 || o->expensive_us != 0 || o->host_us != 0;
   if (o->steps < 0 || (o->steps == 0 && steps_options) ||
       (o->steps > 0 && (o->streams != 1 || o->threads != 1 || o->graph_branches > 0 || !o->trace_path.empty() ||
-                        o->pause_run_s > 0 || o->mark_every > 0 || o->host_us < 0 || o->expensive_every < 0 ||
-                        (o->expensive_every > 0) != (o->expensive_us > 0)))) {
+                        o->pause_run_s > 0 || o->mark_every > 0 || o->host_times || o->host_us < 0 ||
+                        o->expensive_every < 0 || (o->expensive_every > 0) != (o->expensive_us > 0)))) {
     fprintf(stderr, "concurrency: bad --steps options (N > 0 on one stream and thread, without --graph-branches, "
-                    "--trace, --pause or --mark-every; --expensive-every M > 0 with --expensive-us E > 0; "
+                    "--trace, --pause, --mark-every or --host-times; --expensive-every M > 0 with --expensive-us E > 0; "
                     "--host-us >= 0)\n");
     return false;
   }
