@@ -141,26 +141,26 @@ class Runner:
         return rec
 
 
-def plan(rows, s):
+def plan(rows, rounds, limits):
     """Every run in order: (row, lib or None, limit)."""
     steps = []
-    for rnd in range(s.rounds):
+    for rnd in range(rounds):
         for i, row in enumerate(rows):
             steps.append((row, None, None))
-            for j, limit in enumerate(limits_of(row, s.limits)):
+            for j, limit in enumerate(limits_of(row, limits)):
                 pair = ["old", "new"] if (rnd + i + j) % 2 == 0 else ["new", "old"]
                 steps += [(row, lib, limit) for lib in pair]
     return steps
 
 
-def table(records, rows, s):
+def table(records, rows, limits):
     """Markdown: per row and limit, the rounds' native rates and old / new shares of them."""
     out = ["| row | limit | native rate per round | old: share of native | new: share of native | "
            "marks per launch, old / new | limiter's measure (ppm), old / new |", "|---|---|---|---|---|---|---|"]
     for row in rows:
         natives = [r for r in records if r["row"] == row and r["lib"] == "native"]
-        for limit in limits_of(row, s.limits):
-            cells = {"old": [], "new": []}
+        for limit in limits_of(row, limits):
+            shares = {"old": [], "new": []}  # per round, None where a run failed
             marks = {"old": [], "new": []}
             measure = {"old": [], "new": []}
             for rnd, nat in enumerate(natives):
@@ -168,13 +168,15 @@ def table(records, rows, s):
                     rec = next((r for r in records if r["row"] == row and r["lib"] == lib and r["limit"] == limit
                                 and r["round"] == rnd), None)
                     ok = rec and not rec["error"] and not nat["error"] and nat["rate"]
-                    cells[lib].append(fmt(100.0 * rec["rate"] / nat["rate"], 1) if ok else "–")
+                    shares[lib].append(100.0 * rec["rate"] / nat["rate"] if ok else None)
                     marks[lib].append(fmt(rec.get("marks_per_launch"), 3) if rec else "–")
                     measure[lib].append(str(int(rec["measured_ppm"])) if rec and "measured_ppm" in rec else "–")
             rates = ", ".join(fmt(n["rate"], 0) if not n["error"] else "failed" for n in natives)
-            mean = {lib: [float(c) for c in cells[lib] if c != "–"] for lib in cells}
-            shown = {lib: ", ".join(cells[lib]) + (f" (mean {statistics.mean(mean[lib]):.1f})" if mean[lib] else "")
-                     for lib in cells}
+            shown = {}
+            for lib, values in shares.items():
+                got = [v for v in values if v is not None]
+                shown[lib] = ", ".join(fmt(v, 1) for v in values) + (
+                    f" (mean {statistics.mean(got):.1f})" if got else "")
             out.append(f"| {row} | {limit} | {rates} | {shown['old']} | {shown['new']} | "
                        f"{', '.join(marks['old'])} / {', '.join(marks['new'])} | "
                        f"{', '.join(measure['old'])} / {', '.join(measure['new'])} |")
@@ -217,11 +219,9 @@ def main(argv=None):
             p.error(f"--{name} {getattr(s, name)}: no such file")
     if serving and not s.workload_cmd and not os.path.isfile(s.serve_script):
         p.error(f"--serving: {s.serve_script} does not exist")
-    steps = plan(rows, s)
+    steps = plan(rows, s.rounds, s.limits)
     if serving:
-        rows.append("serving")
-        serving_s = argparse.Namespace(rounds=s.rounds, limits=serving)
-        steps += plan(["serving"], serving_s)
+        steps += plan(["serving"], s.rounds, serving)
     if s.dry_run:
         for row, lib, limit in steps:
             print(f"{row} {lib or 'native'}" + (f" at {limit}" if lib else ""))
@@ -247,10 +247,9 @@ def main(argv=None):
                 records.append(rec)
         finally:
             runner.close()
-    limits_s = argparse.Namespace(limits=s.limits)
-    md = table(records, [r for r in rows if r != "serving"], limits_s)
+    md = table(records, rows, s.limits)
     if serving:
-        md += "\n\n" + table(records, ["serving"], argparse.Namespace(limits=serving))
+        md += "\n\n" + table(records, ["serving"], serving)
     header = (f"vgpu compute A/B: old {os.path.abspath(s.old)}, new {os.path.abspath(s.new)} "
               f"({git_describe()}); {s.rounds} rounds, native runs in each")
     with open(os.path.join(s.out, OUTPUT + ".md"), "w") as f:
