@@ -197,10 +197,6 @@ BusyTracker::QueueLimit BusyTracker::InflightLimitLocked(const StreamState& st, 
   return QueueLimit::kNone;
 }
 
-int64_t BusyTracker::InflightWaitLocked(const StreamState& st, int64_t now) const {
-  return InflightLimitLocked(st, now) == QueueLimit::kNone ? 0 : options_.probe_wait_ns;
-}
-
 // The cost per launch of a stream's queue, in wall time: its measured intervals' total length
 // over their launches (decaying sums), else the estimate. Not the union busy time each interval
 // added: with several streams, the interval that reaches the union first is credited with time
@@ -620,7 +616,7 @@ PollResult BusyTracker::DrainStreamLocked(StreamState& st, int64_t now) {
     EventState state = EventState::kReady;
     if (st.pending_known_done > 0) {
       --st.pending_known_done;  // seen done through a later event: no query
-    } else if (now < st.pending.front().due_ns && InflightWaitLocked(st, now) == 0) {
+    } else if (now < st.pending.front().due_ns && InflightLimitLocked(st, now) == QueueLimit::kNone) {
       break;  // cannot be done yet
     } else {
       ++stats_.queries;

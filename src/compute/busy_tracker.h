@@ -315,7 +315,6 @@ class BusyTracker {
   int FindOrCreateLocked(StreamKey stream);
   enum class QueueLimit { kNone, kWindow, kWork, kAge };
   QueueLimit InflightLimitLocked(const StreamState& st, int64_t now) const;
-  int64_t InflightWaitLocked(const StreamState& st, int64_t now) const;
   bool StreamIdleLocked(StreamState& st);
   void CollapseIntervalIfShallowLocked(StreamState& st);
   bool RecordLocked(StreamState& st, bool begin, bool deep, int64_t now);
