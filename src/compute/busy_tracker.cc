@@ -129,16 +129,20 @@ bool BusyTracker::RecordLocked(StreamState& st, bool begin, bool deep, int64_t n
 }
 
 // Closes the tail with a mark and adapts K: if the previous mark is still pending, the queue
-// held the whole tail, so no gap can hide in it and marks can be sparser; otherwise denser.
-// A begin says nothing about depth (it was recorded right before the tail, on an idle stream).
+// held the whole tail, so no gap can hide in it and marks can be sparser; otherwise denser. A
+// uniform stream's marks grow sparser either way: its intervals that may hide a gap are capped
+// (ProcessMarkLocked), so K need not stay small to see its gaps, and a stream of tiny kernels
+// launched slower than they run (the previous mark always complete) would otherwise keep K at
+// 1-2 and pay a mark and a query per launch or two. A begin says nothing about depth (it was
+// recorded right before the tail, on an idle stream).
 void BusyTracker::MarkTailLocked(StreamState& st, int64_t now) {
   if (st.tail_launches == 0) return;
   bool previous_pending = false;
   if (st.has_last_event && !st.last_event_is_begin) {
     previous_pending = QueryLastEventLocked(st) == EventState::kNotReady;
-    if (previous_pending) {
+    if (previous_pending || UniformCostLocked(st)) {
       st.mark_interval = std::min(st.mark_interval * 2, options_.max_mark_interval);
-    } else if (!UniformCostLocked(st)) {
+    } else {
       st.mark_interval = std::max(st.mark_interval / 2, 1);
     }
   }
