@@ -117,15 +117,16 @@ ROWS = [
 ROW = {r.id: r for r in ROWS}
 DEFAULT_COLOCATED = "4x200us,matmul"
 DEFAULT_GROUPS = "30+60,30+30+30"
-# bench/serving's GPU-bound model, 64 clients with requests of fixed lengths (256 prompt, 128
-# output tokens, as vLLM's benchmarks draw random prompts of one length), so that the GPU, not the
-# engine's host time, sets its rate and every limit binds; its window of its own, as a server
-# needs longer than a spin loop to settle. With lengths drawn from ranges (serve.py's default) the
-# engine's host time dominates (~35% busy natively on an H200) and its native tokens/s drifted
-# with the host by ±8.9-36% between the natives of one matrix: verdicts that said nothing (H200,
-# 2026-11-26/27). With 32 clients and fixed lengths it was 86-94% busy natively, astride
-# DEMAND_UTIL. A server's demand-limited shape is the steps row's, judged "of E".
-DEFAULT_SERVING_ARGS = ("--warmup 2 --seconds 12 --layers 16 --d-model 4096 --heads 32 --clients 64 "
+# bench/serving's GPU-bound model with requests of fixed lengths (256 prompt, 128 output tokens,
+# as vLLM's benchmarks draw random prompts of one length), so that the GPU, not the engine's host
+# time, sets most of its rate and every limit binds; its window of its own, as a server needs
+# longer than a spin loop to settle. With lengths drawn from ranges (serve.py's default) the
+# engine's host time dominates (~35% busy natively on an H200) and its native tokens/s drifted with
+# the host by ±8.9-36% between the natives of one matrix: verdicts that said nothing. With fixed
+# lengths, 32 clients (serve.py's default) ran 86-94% busy natively, 64 clients 84-90 (more
+# requests prefilled one by one); both lie near DEMAND_UTIL (H200, 2026-11-27, docs/compute.md).
+# A server's demand-limited shape is the steps row's, judged "of E".
+DEFAULT_SERVING_ARGS = ("--warmup 2 --seconds 12 --layers 16 --d-model 4096 --heads 32 "
                         "--min-prompt 256 --max-prompt 256 --min-output 128 --max-output 128")
 # A row busy less than this (native GPU-Util, %) is limited by its own demand, not the GPU: a
 # limit takes the part of its busy time above the limit (expected_share).
@@ -712,7 +713,7 @@ def parser():
                    "whole periods")
     p.add_argument("--serving-args", default=DEFAULT_SERVING_ARGS,
                    help="bench/serving/serve.py options after the matrix's --warmup and --seconds, one string "
-                   f"(default {DEFAULT_SERVING_ARGS!r}: bench/serving's GPU-bound model, 64 clients with requests of fixed lengths, "
+                   f"(default {DEFAULT_SERVING_ARGS!r}: bench/serving's GPU-bound model with requests of fixed lengths, "
                         "in a window of its own, as a server needs longer than a spin loop to reach steady state)")
     p.add_argument("--serving-cpus", default="auto",
                    help="CPUs the serving row's processes (native and limited) are pinned to with taskset -c: "
