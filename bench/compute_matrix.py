@@ -768,6 +768,10 @@ def redraw(args, error):
                                f"{REPEAT} {path} (the first part's runs count)")
                               for k in sorted(again, key=str)])
         data["labels"] = {**data.get("labels", {}), **part.get("labels", {})}
+    # The rows in the matrix's order whatever the parts' order (a stable sort: each row's runs keep
+    # theirs, so a limited run's natives either side stay its own).
+    order = {r.id: i for i, r in enumerate(ROWS)}
+    data["records"].sort(key=lambda r: (r["step"][0] == "group", order.get(r["step"][1], len(order))))
     os.makedirs(args.out, exist_ok=True)
     text, failed = write_outputs(args.out, data, final=True)
     print(text, end="", flush=True)

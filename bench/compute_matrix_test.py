@@ -434,6 +434,12 @@ class FakeRuns(unittest.TestCase):
                                  "--out", os.path.join(tmp, "joined")], capture_output=True, text=True, timeout=60)
             self.assertEqual(r3.returncode, 0, r3.stderr)
             self.assertEqual(r3.stdout, table)
+            # the parts in the other order: the rows still in the matrix's order
+            r3b = subprocess.run([sys.executable, os.path.join(HERE, "compute_matrix.py"), "--from-json",
+                                  *reversed(parts), "--out", os.path.join(tmp, "joined-b")], capture_output=True,
+                                 text=True, timeout=60)
+            self.assertEqual(r3b.returncode, 0, r3b.stderr)
+            self.assertEqual(r3b.stdout, table)
             # a part that measured a row again: the first part's runs count, the repeat is listed
             r4 = subprocess.run([sys.executable, os.path.join(HERE, "compute_matrix.py"), "--from-json", *parts,
                                  parts[0], "--out", os.path.join(tmp, "again2")], capture_output=True, text=True,
