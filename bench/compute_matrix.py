@@ -123,7 +123,7 @@ DEFAULT_GROUPS = "30+60,30+30+30"
 # longer than a spin loop to settle. With lengths drawn from ranges (serve.py's default) the
 # engine's host time dominates (~35% busy natively on an H200) and its native tokens/s drifted with
 # the host by ±8.9-36% between the natives of one matrix: verdicts that said nothing. With fixed
-# lengths, 32 clients (serve.py's default) ran 86-94% busy natively, 64 clients 84-90 (more
+# lengths, 32 clients (serve.py's default) ran 86-96% busy natively, 64 clients 84-90 (more
 # requests prefilled one by one); both lie near DEMAND_UTIL (H200, 2026-11-27, docs/compute.md).
 # A server's demand-limited shape is the steps row's, judged "of E".
 DEFAULT_SERVING_ARGS = ("--warmup 2 --seconds 12 --layers 16 --d-model 4096 --heads 32 "
