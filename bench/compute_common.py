@@ -103,13 +103,22 @@ def fmt(v, digits=1, suffix=""):
     return "–" if v is None else f"{v:.{digits}f}{suffix}"
 
 
-def git_describe():
+def git_describe(root=ROOT):
+    """The checkout's commit and subject for a report's header, and how many tracked files differ
+    from it: a copy of a working tree whose git metadata lags (the device machine's) is not that
+    commit, and the header must not say it is."""
     try:
-        r = subprocess.run(["git", "-C", ROOT, "log", "-1", "--format=%h %s"], capture_output=True, text=True,
+        r = subprocess.run(["git", "-C", root, "log", "-1", "--format=%h %s"], capture_output=True, text=True,
                            timeout=10)
-        return r.stdout.strip()[:80] if r.returncode == 0 else ""
+        if r.returncode != 0:
+            return ""
+        d = subprocess.run(["git", "-C", root, "status", "--porcelain", "--untracked-files=no"],
+                           capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.SubprocessError):
         return ""
+    text = r.stdout.strip()[:80]
+    changed = len(d.stdout.splitlines()) if d.returncode == 0 else 0
+    return text + (f" (+ changes to {changed} tracked file{'s' if changed > 1 else ''})" if changed else "")
 
 
 # --- GPU utilisation sampling --------------------------------------------------------------------

@@ -551,6 +551,28 @@ class FakeRuns(unittest.TestCase):
             self.assertIn("INFO\tmatrix serving\tnot run", load(tmp, "compute-matrix.tsv"))
 
 
+class Header(unittest.TestCase):
+    def test_commit_names_changed_tracked_files(self):
+        import compute_common
+        with tempfile.TemporaryDirectory() as tmp:
+            def git(*args):
+                subprocess.run(["git", "-C", tmp, "-c", "user.name=t", "-c", "user.email=t@t", *args],
+                               check=True, capture_output=True)
+            git("init", "-q")
+            with open(os.path.join(tmp, "a.txt"), "w") as f:
+                f.write("one\n")
+            git("add", "a.txt")
+            git("commit", "-q", "-m", "first commit")
+            clean = compute_common.git_describe(tmp)
+            self.assertTrue(clean.endswith(" first commit"), clean)
+            with open(os.path.join(tmp, "a.txt"), "w") as f:
+                f.write("two\n")
+            with open(os.path.join(tmp, "untracked.txt"), "w") as f:
+                f.write("not counted\n")
+            self.assertEqual(compute_common.git_describe(tmp), clean + " (+ changes to 1 tracked file)")
+        self.assertEqual(compute_common.git_describe(os.path.join(tmp, "gone")), "")
+
+
 class AccuracyBenchmark(unittest.TestCase):
     """bench/compute_accuracy.py's runs through the shared launcher, against the fake."""
 
