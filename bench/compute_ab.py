@@ -36,7 +36,6 @@ the commit where it exists, carry the folder, build both in one call):
 import argparse
 import json
 import os
-import re
 import shlex
 import statistics
 import sys
@@ -44,7 +43,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import compute_matrix as cm  # noqa: E402
-from compute_common import ROOT, Launcher, fmt, git_describe, log, nvcc_build  # noqa: E402
+from compute_common import ROOT, Launcher, fmt, git_describe, log, nvcc_build, summary_of  # noqa: E402
 
 OUTPUT = "compute-ab"
 LAUNCH_ROWS = {
@@ -66,25 +65,6 @@ def spin_rows():
 
 def limits_of(row, limits):
     return [99] if row in LAUNCH_ROWS else limits
-
-
-def summary_of(stderr):
-    """The limiter's summary at exit (LIBCUDA_LOG_LEVEL=4), device 0's last line: what it says of
-    launches, marks, queue waits, its measured share, busy time and period."""
-    lines = [l for l in stderr.splitlines() if "compute device 0:" in l]
-    if not lines:
-        return {}
-    line = lines[-1]
-    out = {}
-    for key, pattern in (("launches", r"(\d+) launches"), ("marks", r"(\d+) marks"),
-                         ("queue_waits", r"(\d+) queue waits"), ("measured_ppm", r"measured (\d+) ppm"),
-                         ("busy_ms", r"busy ([\d.]+) ms"), ("period_ms", r"period ([\d.]+) ms")):
-        m = re.search(pattern, line)
-        if m:
-            out[key] = float(m.group(1))
-    if out.get("launches"):
-        out["marks_per_launch"] = out.get("marks", 0) / out["launches"]
-    return out
 
 
 class Runner:

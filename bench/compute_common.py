@@ -121,6 +121,25 @@ def git_describe(root=ROOT):
     return text + (f" (+ changes to {changed} tracked file{'s' if changed > 1 else ''})" if changed else "")
 
 
+def summary_of(stderr):
+    """The limiter's summary at exit (LIBCUDA_LOG_LEVEL=4), device 0's last line: what it says of
+    launches, marks, queue waits, its measured share, busy time and period."""
+    lines = [l for l in stderr.splitlines() if "compute device 0:" in l]
+    if not lines:
+        return {}
+    line = lines[-1]
+    out = {}
+    for key, pattern in (("launches", r"(\d+) launches"), ("marks", r"(\d+) marks"),
+                         ("queue_waits", r"(\d+) queue waits"), ("measured_ppm", r"measured (\d+) ppm"),
+                         ("busy_ms", r"busy ([\d.]+) ms"), ("period_ms", r"period ([\d.]+) ms")):
+        m = re.search(pattern, line)
+        if m:
+            out[key] = float(m.group(1))
+    if out.get("launches"):
+        out["marks_per_launch"] = out.get("marks", 0) / out["launches"]
+    return out
+
+
 # --- GPU utilisation sampling --------------------------------------------------------------------
 
 class _NvmlUtil(ctypes.Structure):

@@ -5,7 +5,8 @@ a container achieves alone, whatever its concurrency (streams, host threads, pro
 Usage: python3 bench/compute_matrix.py --library build-gpu/libvgpu.so --out DIR
                                         [--rows PATTERNS] [--targets 10,30,60,90] [--quick]
                                         [--groups 30+60,30+30+30] [--colocated ROWS]
-                                        [--seconds S] [--warmup S] [--budget S] [--clock-spin] [--dry-run]
+                                        [--seconds S] [--warmup S] [--budget S] [--clock-spin] [--summary]
+                                        [--dry-run]
                                         [--serving-args ARGS] [--serving-cpus auto|all|LIST]
        python3 bench/compute_matrix.py --from-json DIR/compute-matrix.json [DIR3/compute-matrix.json ...] --out DIR2
 
@@ -70,7 +71,7 @@ import time
 
 from compute_common import (ROOT, TOLERANCE, Launcher, UtilSampler, capped_of, check_window, clock_of, fmt,
                             git_describe, interleaved_targets, limited_runs_line, log, nvcc_build,
-                            other_compute_variables, parse_period, util_of)
+                            other_compute_variables, parse_period, summary_of, util_of)
 
 CONCURRENCY_SRC = os.path.join(ROOT, "bench", "compute", "concurrency.cu")
 TORCH_WORKER = os.path.join(ROOT, "bench", "compute", "torch_workload.py")
@@ -198,6 +199,7 @@ class Settings:
         self.serving_window = (self.warmup if given.warmup is None else given.warmup,
                                self.measure if given.seconds is None else given.seconds)
         self.serving_cpus = serving_cpus(args.serving_cpus, error)
+        self.summary = args.summary
         self.workload_cmd = shlex.split(args.workload_cmd) if args.workload_cmd else None
         self.clock_spin = args.clock_spin
         self.skipped = []  # (row or group, reason): decided before running
@@ -340,6 +342,13 @@ class MatrixRunner:
             program = ["taskset", "-c", self.s.serving_cpus] + program
         return program + tail
 
+    def env_for(self, target):
+        """The launcher's environment; with --summary, a limited one asks for the limiter's summary at exit."""
+        env = self.launcher.env_for(target)
+        if self.s.summary and target is not None:
+            env["LIBCUDA_LOG_LEVEL"] = "4"
+        return env
+
     def timeout(self, rid):
         """A hung run must not eat a device call: 60 s + 3 x its estimate (start-up under a limit of
         10 may take longer than natively); a server's set-up (graph capture) 300 s."""
@@ -355,6 +364,8 @@ class MatrixRunner:
         procs = []
         for out, err, rc, spawn in finished:
             res = self.launcher.result_of(out, err, rc)
+            if self.s.summary and "error" not in res and summary_of(err):
+                res["limiter"] = summary_of(err)
             if "error" not in res:
                 if not isinstance(res.get(rate_key), (int, float)) or not all(
                         isinstance(res.get(k), (int, float)) for k in ("t_start", "t_end")):
@@ -378,7 +389,7 @@ class MatrixRunner:
 
     def run(self, rid, target):
         row = ROW[rid]
-        env = self.launcher.env_for(target)  # the processes of one container share its ledger
+        env = self.env_for(target)  # the processes of one container share its ledger
         if row.procs == 1:
             return self._container(rid, [self.launcher.run(self.command(rid), env, self.timeout(rid))])
         started = self.launcher.group([(f"p{k + 1}", self.command(rid), env) for k in range(row.procs)],
@@ -388,7 +399,7 @@ class MatrixRunner:
     def group(self, rid, targets):
         members, names = [], []
         for j, target in enumerate(targets):
-            env = self.launcher.env_for(target)
+            env = self.env_for(target)
             name = f"c{j + 1}-{target}"
             names.append(name)
             members += [(f"{name}-p{k + 1}", self.command(rid), env) for k in range(ROW[rid].procs)]
@@ -724,6 +735,10 @@ def parser():
     p.add_argument("--build-dir", help="where concurrency.cu is built (default: <library dir>/bench-compute)")
     p.add_argument("--workload-cmd", help="replaces every workload's program with this command, given the row's "
                    "kind (spin, torch, serving) and the workload's arguments: for tests, with a fake workload")
+    p.add_argument("--summary", action="store_true",
+                   help="limited runs with LIBCUDA_LOG_LEVEL=4: the limiter's summary at exit (its own measured "
+                        "share, marks per launch, queue waits, period) goes into the JSON ('limiter' of each "
+                        "process) and the progress lines")
     p.add_argument("--clock-spin", action="store_true",
                    help="concurrency.cu's kernels spin on clock64() for their time instead of doing a fixed "
                         "amount of work (a kernel switched out by another "
@@ -896,6 +911,12 @@ def progress(step, res, records):
                   and r["step"][2] is None and "rate" in r["result"]]
         if native and native[-1]["rate"]:
             text += f" = {100.0 * res['rate'] / native[-1]['rate']:.1f}% of the last native run"
+        summaries = [p["limiter"] for p in res.get("procs", []) if p.get("limiter")]
+        if summaries:
+            text += "; limiter: " + ", ".join(
+                f"measured {fmt(q['measured_ppm'] / 1e4 if 'measured_ppm' in q else None)}%, "
+                f"{fmt(q.get('marks_per_launch'), 3)} marks per "
+                f"launch, {q.get('queue_waits', 0):.0f} queue waits, period {fmt(q.get('period_ms'), 0)} ms" for q in summaries)
     return text
 
 

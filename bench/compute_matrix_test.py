@@ -154,7 +154,7 @@ class Args:
         self.groups, self.colocated = cm.DEFAULT_GROUPS, cm.DEFAULT_COLOCATED
         self.period, self.budget, self.serve_script = None, None, "/nonexistent/serve.py"
         self.serving_args, self.workload_cmd, self.clock_spin = cm.DEFAULT_SERVING_ARGS, None, False
-        self.serving_cpus = "all"
+        self.serving_cpus, self.summary = "all", False
         self.__dict__.update(kw)
 
 
@@ -549,6 +549,27 @@ class FakeRuns(unittest.TestCase):
             self.assertNotIn("serving", {p["kind"] for p in seen})
             self.assertIn("- not run: serving: " + os.path.join(tmp, "no-serve.py") + " not found", r.stdout)
             self.assertIn("INFO\tmatrix serving\tnot run", load(tmp, "compute-matrix.tsv"))
+
+    def test_summary_of_limited_runs(self):
+        for summary in (True, False):
+            with tempfile.TemporaryDirectory() as tmp:
+                r, _ = run_matrix(tmp, "--rows", "1x50us", "--quick", "--groups", "",
+                                  *(["--summary"] if summary else []))
+                self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+                records = load(tmp, "compute-matrix.json")["records"]
+                limited = [x["result"] for x in records if x["step"][2] is not None]
+                natives = [x["result"] for x in records if x["step"][2] is None]
+                self.assertEqual(len(limited), 2)
+                for res in natives:
+                    self.assertNotIn("limiter", res["procs"][0])
+                for res, target in zip(limited, (30, 60)):
+                    if summary:
+                        self.assertEqual(res["procs"][0]["limiter"]["measured_ppm"], target * 10000)
+                        self.assertAlmostEqual(res["procs"][0]["limiter"]["marks_per_launch"], 0.02)
+                    else:
+                        self.assertNotIn("limiter", res["procs"][0])
+                self.assertEqual("limiter: measured 30.0%, 0.020 marks per launch, 3 queue waits, period 50 ms"
+                                 in r.stderr, summary, r.stderr)
 
 
 class Header(unittest.TestCase):
