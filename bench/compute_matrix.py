@@ -364,8 +364,9 @@ class MatrixRunner:
         procs = []
         for out, err, rc, spawn in finished:
             res = self.launcher.result_of(out, err, rc)
-            if self.s.summary and "error" not in res and summary_of(err):
-                res["limiter"] = summary_of(err)
+            summary = summary_of(err) if self.s.summary and "error" not in res else {}
+            if summary:
+                res["limiter"] = summary
             if "error" not in res:
                 if not isinstance(res.get(rate_key), (int, float)) or not all(
                         isinstance(res.get(k), (int, float)) for k in ("t_start", "t_end")):
@@ -911,13 +912,17 @@ def progress(step, res, records):
                   and r["step"][2] is None and "rate" in r["result"]]
         if native and native[-1]["rate"]:
             text += f" = {100.0 * res['rate'] / native[-1]['rate']:.1f}% of the last native run"
-        summaries = [p["limiter"] for p in res.get("procs", []) if p.get("limiter")]
+        summaries = [_limiter_text(p["limiter"]) for p in res.get("procs", []) if p.get("limiter")]
         if summaries:
-            text += "; limiter: " + ", ".join(
-                f"measured {fmt(q['measured_ppm'] / 1e4 if 'measured_ppm' in q else None)}%, "
-                f"{fmt(q.get('marks_per_launch'), 3)} marks per "
-                f"launch, {q.get('queue_waits', 0):.0f} queue waits, period {fmt(q.get('period_ms'), 0)} ms" for q in summaries)
+            text += "; limiter: " + ", ".join(summaries)
     return text
+
+
+def _limiter_text(q):
+    """A process's limiter summary (summary_of) in a progress line."""
+    measured = q["measured_ppm"] / 1e4 if "measured_ppm" in q else None
+    return (f"measured {fmt(measured)}%, {fmt(q.get('marks_per_launch'), 3)} marks per launch, "
+            f"{q.get('queue_waits', 0):.0f} queue waits, period {fmt(q.get('period_ms'), 0)} ms")
 
 
 if __name__ == "__main__":
