@@ -103,9 +103,7 @@ class Runner:
     def run(self, row, lib, limit):
         """One run: lib None (native) or "old" / "new" at `limit`. Returns its record."""
         launcher = self.native if lib is None else self.libs[lib]
-        env = launcher.env_for(None if lib is None else limit)
-        if lib is not None:
-            env["LIBCUDA_LOG_LEVEL"] = "4"
+        env = launcher.env_for(None if lib is None else limit, summary=True)
         timeout = 300 if row == "serving" else 90
         out, err, rc, _ = launcher.run(self.command(row), env, timeout)
         res = launcher.result_of(out, err, rc)

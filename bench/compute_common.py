@@ -342,7 +342,8 @@ class Launcher:
     (CUDA_DEVICE_MEMORY_SHARED_CACHE): a fresh one per call of env_for, which the processes started
     with that environment (one container) share. A native process gets the calling shell's
     environment less the library's variables. VGPU_COMPUTE_* variables of the shell reach every
-    process; `period` sets VGPU_COMPUTE_PERIOD for the limited ones."""
+    process; `period` sets VGPU_COMPUTE_PERIOD for the limited ones, and env_for's `summary`
+    LIBCUDA_LOG_LEVEL=4 for one, whose limiter then logs its summary at exit (summary_of)."""
 
     def __init__(self, library, logf, period=None, prefix="vgpu-compute-"):
         self.library = os.path.abspath(library)
@@ -359,7 +360,7 @@ class Launcher:
         self.logf.write(text + "\n")
         self.logf.flush()
 
-    def env_for(self, target, soft=None, priority=None):
+    def env_for(self, target, soft=None, priority=None, summary=False):
         env = dict(self.base_env)
         if target is None and soft is None and priority is None:
             return env
@@ -374,6 +375,8 @@ class Launcher:
             env["CUDA_TASK_PRIORITY"] = str(priority)
         if self.period:
             env["VGPU_COMPUTE_PERIOD"] = self.period
+        if summary:
+            env["LIBCUDA_LOG_LEVEL"] = "4"
         return env
 
     @staticmethod

@@ -342,13 +342,6 @@ class MatrixRunner:
             program = ["taskset", "-c", self.s.serving_cpus] + program
         return program + tail
 
-    def env_for(self, target):
-        """The launcher's environment; with --summary, a limited one asks for the limiter's summary at exit."""
-        env = self.launcher.env_for(target)
-        if self.s.summary and target is not None:
-            env["LIBCUDA_LOG_LEVEL"] = "4"
-        return env
-
     def timeout(self, rid):
         """A hung run must not eat a device call: 60 s + 3 x its estimate (start-up under a limit of
         10 may take longer than natively); a server's set-up (graph capture) 300 s."""
@@ -390,7 +383,7 @@ class MatrixRunner:
 
     def run(self, rid, target):
         row = ROW[rid]
-        env = self.env_for(target)  # the processes of one container share its ledger
+        env = self.launcher.env_for(target, summary=self.s.summary)  # the container's processes share its ledger
         if row.procs == 1:
             return self._container(rid, [self.launcher.run(self.command(rid), env, self.timeout(rid))])
         started = self.launcher.group([(f"p{k + 1}", self.command(rid), env) for k in range(row.procs)],
@@ -400,7 +393,7 @@ class MatrixRunner:
     def group(self, rid, targets):
         members, names = [], []
         for j, target in enumerate(targets):
-            env = self.env_for(target)
+            env = self.launcher.env_for(target, summary=self.s.summary)
             name = f"c{j + 1}-{target}"
             names.append(name)
             members += [(f"{name}-p{k + 1}", self.command(rid), env) for k in range(ROW[rid].procs)]
