@@ -289,8 +289,7 @@ void BusyTracker::FlushBeforeWait(int64_t now, const StreamKey* stream) {
   for (StreamState& st : slots_) {
     if (!st.in_use || st.retired || st.tail_launches == 0) continue;
     if ((stream != nullptr && st.key == *stream) || st.last_launch_seq == launch_seq_ ||
-        QueuedCostLocked(st) >= static_cast<double>(options_.cheap_mark_launch_ns) ||
-        now - st.last_launch_ns >= TickFlushAgeLocked(st)) {
+        QueuedCostLocked(st) >= static_cast<double>(options_.cheap_mark_launch_ns) || TailDueLocked(st, now)) {
       MarkTailLocked(st, now);
     }
   }
@@ -300,7 +299,7 @@ PollResult BusyTracker::Tick(int64_t now) {
   std::lock_guard<std::mutex> lock(mu_);
   PollResult result = PollLocked(now);  // first: what completed no longer counts as queued
   for (StreamState& st : slots_) {
-    if (st.in_use && !st.retired && st.tail_launches > 0 && now - st.last_launch_ns >= TickFlushAgeLocked(st)) {
+    if (st.in_use && !st.retired && st.tail_launches > 0 && TailDueLocked(st, now)) {
       MarkTailLocked(st, now);
     }
   }
@@ -321,6 +320,11 @@ int64_t BusyTracker::TickFlushAgeLocked(const StreamState& st) const {
   const double wait_ns = std::min(drain_ns - static_cast<double>(options_.tick_flush_margin_ns),
                                   static_cast<double>(options_.max_tick_flush_delay_ns));
   return std::max(options_.tick_flush_age_ns, static_cast<int64_t>(wait_ns));
+}
+
+// Whether Tick closes the stream's open tail now (FlushBeforeWait closes it too).
+bool BusyTracker::TailDueLocked(const StreamState& st, int64_t now) const {
+  return now - st.last_launch_ns >= TickFlushAgeLocked(st);
 }
 
 bool BusyTracker::HasPendingWork() const {

@@ -328,6 +328,7 @@ class BusyTracker {
   void LearnLocked(StreamState& st, const PendingMark& mark, int64_t busy_ns, int64_t span_ns);
   double QueuedCostLocked(const StreamState& st) const;
   int64_t TickFlushAgeLocked(const StreamState& st) const;
+  bool TailDueLocked(const StreamState& st, int64_t now) const;
   void DropPendingLocked(StreamState& st, PollResult* result);
   PollResult PollLocked(int64_t now);
   void PruneUnionLocked();
