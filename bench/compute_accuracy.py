@@ -24,8 +24,9 @@ PASS when within +-3 points of the target. Native runs also measure the device t
 behind a blocker kernel and report the GPU-busy fraction (rate x device time): a workload below
 95% is flagged, its ratio overstates the share ("power-capped" instead of "not saturating" when
 GPU-Util is >= 98 all the same: the unit was timed at a higher clock than the loop ran at). NVML GPU-Util (nvidia-smi's utilization.gpu),
-sampled every 100 ms by this process (NVML via ctypes, no preload; nvidia-smi -lms 100 if NVML
-cannot be loaded), is averaged over each measurement window as a second opinion.
+read by this process (NVML via ctypes, no preload: the driver's own samples, or polled every
+100 ms; nvidia-smi -lms 100 if NVML cannot be loaded), is averaged over each measurement window
+as a second opinion.
 
 Scenarios: two co-located processes with separate ledgers at 30 and 60 (each against its own
 workload's native throughput; the util column is the whole GPU's). --soft-priority adds the soft

@@ -2,9 +2,9 @@
 
 - The library's variables, which must not leak from the calling shell into the runs
   (is_library_variable), and the VGPU_COMPUTE_* variables, which do (compute_variables).
-- UtilSampler: NVML GPU-Util, SM clock and clock-event reasons every 100 ms for the whole
-  benchmark (nvidia-smi -lms 100 for the utilisation alone when NVML cannot be loaded), averaged
-  over a run's window afterwards.
+- UtilSampler: NVML GPU-Util (the driver's own samples, else polled every 100 ms), SM clock and
+  clock-event reasons (every 100 ms) for the whole benchmark (nvidia-smi -lms 100 for the
+  utilisation alone when NVML cannot be loaded), averaged over a run's window afterwards.
 - Launcher: starts workload processes natively or under LD_PRELOAD with a limit and a ledger
   (a fresh one per container), alone or as a group started together through barrier files, logs
   every command with its output, and parses a workload's JSON result line.
@@ -146,13 +146,47 @@ class _NvmlUtil(ctypes.Structure):
     _fields_ = [("gpu", ctypes.c_uint), ("memory", ctypes.c_uint)]
 
 
+class _NvmlSample(ctypes.Structure):  # nvmlSample_t: a CPU timestamp (us) and an 8-byte nvmlValue_t
+    _fields_ = [("timestamp", ctypes.c_ulonglong), ("value", ctypes.c_ulonglong)]
+
+
+_NVML_GPU_UTILIZATION_SAMPLES = 1
+_NVML_VALUE_TYPE_UNSIGNED_INT = 1
+_NVML_ERROR_NOT_FOUND = 6  # nvmlDeviceGetSamples: no sample newer than the last one seen
+
+
+def interval_mean(samples, t0, t1):
+    """Time-weighted mean over [t0, t1] of consecutive samples [(end, value)], each the average over
+    the time since the previous one (the first only bounds the second; a gap longer than twice the
+    median counts as twice the median). None when the samples cover less than half of the window."""
+    gaps = [b[0] - a[0] for a, b in zip(samples, samples[1:])]
+    if not gaps or t1 <= t0:
+        return None
+    cap = 2 * statistics.median(gaps)
+    total = covered = 0.0
+    for (end, value), gap in zip(samples[1:], gaps):
+        start = end - min(gap, cap)
+        overlap = min(end, t1) - max(start, t0)
+        if overlap > 0:
+            total += overlap * value
+            covered += overlap
+    return total / covered if covered >= 0.5 * (t1 - t0) else None
+
+
 class UtilSampler:
-    """Samples GPU-Util every 100 ms for the whole benchmark; mean(t0, t1) over CLOCK_MONOTONIC.
-    With NVML also the SM clock and the clock-event reasons (capped_fraction)."""
+    """GPU-Util for the whole benchmark; mean(t0, t1) over CLOCK_MONOTONIC.
+
+    With NVML, the driver's own utilisation samples (nvmlDeviceGetSamples: each the busy share of
+    the ~200 ms before its timestamp on an H200), averaged over exactly the window asked for.
+    Polling nvmlDeviceGetUtilizationRates instead (every 100 ms; the fallback) aliases with a
+    limiter's run / rest periods: 1.3 s windows of one steady limited run read 49-72 where the
+    driver's samples read 59-60 (bench/compute/util_probe.py, docs/benchmarks.md 2026-11-27 (2)).
+    The poll also reads the SM clock and the clock-event reasons (capped_fraction)."""
 
     def __init__(self, index):
         self.index = index
-        self.samples = []  # (monotonic seconds, util %)
+        self.samples = []  # (monotonic seconds, util %): polled
+        self.raw = []      # (monotonic seconds, util %): the driver's samples, each ending at its time
         self.clocks = []   # (monotonic seconds, SM clock MHz or None); NVML source only
         self.reasons = []  # (monotonic seconds, clock-event reason mask); NVML source only
         self.source = None
@@ -163,6 +197,8 @@ class UtilSampler:
         self._nvml = None
         self._handle = None
         self._reasons_call = None
+        self._raw_thread = None
+        self._raw_seen = 0
 
     def _try_nvml(self):
         try:
@@ -195,6 +231,10 @@ class UtilSampler:
         if self._try_nvml():
             self.source = "NVML nvmlDeviceGetUtilizationRates, 100 ms"
             self._thread = threading.Thread(target=self._nvml_loop, daemon=True)
+            if self._raw_supported():
+                self.source = "NVML nvmlDeviceGetSamples (the driver's samples)"
+                self._raw_thread = threading.Thread(target=self._raw_loop, daemon=True)
+                self._raw_thread.start()
         else:
             self.source = "nvidia-smi -lms 100"
             try:
@@ -239,6 +279,42 @@ class UtilSampler:
                     log(f"nvmlDeviceGetUtilizationRates returned {rc}")
             self._stop.wait(0.1)
 
+    def _raw_supported(self):
+        try:
+            call = self._nvml.nvmlDeviceGetSamples
+        except AttributeError:
+            log("NVML has no nvmlDeviceGetSamples: GPU-Util polled every 100 ms")
+            return False
+        rc = self._read_raw(call)
+        if rc not in (0, _NVML_ERROR_NOT_FOUND):
+            log(f"nvmlDeviceGetSamples(GPU utilisation) returned {rc}: GPU-Util polled every 100 ms")
+            return False
+        return True
+
+    def _read_raw(self, call):
+        """Appends the driver's utilisation samples newer than the last one seen; NVML's status."""
+        buf = (_NvmlSample * 1024)()
+        vtype, count = ctypes.c_int(), ctypes.c_uint(len(buf))
+        rc = call(self._handle, ctypes.c_int(_NVML_GPU_UTILIZATION_SAMPLES), ctypes.c_ulonglong(self._raw_seen),
+                  ctypes.byref(vtype), ctypes.byref(count), buf)
+        if rc == 0:
+            offset = time.time() - time.monotonic()  # the timestamps are CPU wall-clock microseconds
+            for sample in sorted(buf[:count.value], key=lambda x: x.timestamp):
+                if sample.timestamp > self._raw_seen:
+                    value = sample.value & 0xFFFFFFFF if vtype.value == _NVML_VALUE_TYPE_UNSIGNED_INT else sample.value
+                    self.raw.append((sample.timestamp / 1e6 - offset, float(value)))
+                    self._raw_seen = sample.timestamp
+        return rc
+
+    def _raw_loop(self):
+        errors = 0
+        while not self._stop.wait(0.25):
+            rc = self._read_raw(self._nvml.nvmlDeviceGetSamples)
+            if rc not in (0, _NVML_ERROR_NOT_FOUND):
+                errors += 1
+                if errors in (1, 100):
+                    log(f"nvmlDeviceGetSamples returned {rc}")
+
     def _smi_loop(self):
         offset = time.time() - time.monotonic()
         for line in self._proc.stdout:
@@ -257,20 +333,33 @@ class UtilSampler:
                 self._proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 self._proc.kill()
-        if self._thread:
-            self._thread.join(timeout=5)
+        for thread in (self._thread, self._raw_thread):
+            if thread:
+                thread.join(timeout=5)
         if self._nvml:
             self._nvml.nvmlShutdown()
 
     def mean(self, t0, t1, wait=True):
         if not self.source:
             return None
+        if self._raw_thread:
+            if wait:  # a sample past t1 arrives up to a sample period and a read later
+                deadline = time.monotonic() + 2
+                while time.monotonic() < deadline and not (self.raw and self.raw[-1][0] >= t1):
+                    time.sleep(0.1)
+            value = interval_mean(list(self.raw), t0, t1)
+            if value is not None:
+                return value
         if wait and self._proc:  # nvidia-smi output may lag: wait up to 2 s for a sample past t1
             deadline = time.monotonic() + 2
             while time.monotonic() < deadline and not any(t > t1 for t, _ in self.samples[-50:]):
                 time.sleep(0.1)
         vals = [u for t, u in list(self.samples) if t0 <= t <= t1]
         return statistics.mean(vals) if vals else None
+
+    def raw_source(self):
+        """True when mean() reads the driver's samples."""
+        return self._raw_thread is not None
 
     def clock_mean(self, t0, t1):
         vals = [c for t, c in list(self.clocks) if t0 <= t <= t1 and c is not None]
@@ -290,12 +379,14 @@ class UtilSampler:
             log(f"warning: GPU-Util is {idle:.0f}% before the benchmark: is something else running on it?")
 
 
-# The first 0.3 s of a window still averages in the previous period in NVML's counter.
+# The first 0.3 s of a window still averages in the previous period in NVML's polled counter (the
+# driver's samples are averaged over the window itself).
 _SETTLE_S = 0.3
 
 
 def util_of(sampler, res, wait=True):
-    return sampler.mean(res["t_start"] + _SETTLE_S, res["t_end"], wait=wait)
+    settle = 0.0 if sampler.raw_source() else _SETTLE_S
+    return sampler.mean(res["t_start"] + settle, res["t_end"], wait=wait)
 
 
 def clock_of(sampler, res):

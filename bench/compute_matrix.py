@@ -31,7 +31,8 @@ target (10, 30, 60, 90; --quick: 30, 60), each container with a fresh ledger
 (CUDA_DEVICE_MEMORY_SHARED_CACHE; the processes of one container share it), in the order native
 t1 t2 native t3 t4 native, so that each limited run lies between two native runs (its reference
 is their mean). Throughput share = 100 x rate / native rate; PASS within +-3 points. NVML
-GPU-Util, sampled every 100 ms by this (unpreloaded) process, is the second opinion. A
+GPU-Util over the window (the driver's own samples, nvmlDeviceGetSamples, read by this
+unpreloaded process; polled every 100 ms where they are missing) is the second opinion. A
 power-capped row (natively, NVML's clock-event reasons show the power cap or a thermal slowdown
 in at least half the samples; without them: the SM clock under a limit rises 3% above the native
 one) may exceed P in throughput when limited alone (its clocks rise while it rests): it passes

@@ -572,6 +572,33 @@ class FakeRuns(unittest.TestCase):
                                  in r.stderr, summary, r.stderr)
 
 
+class UtilSamples(unittest.TestCase):
+    """compute_common.interval_mean: the driver's samples, each the mean since the previous one."""
+
+    def test_window_inside_samples_weights_by_overlap(self):
+        from compute_common import interval_mean
+        samples = [(0.0, 0.0), (0.2, 50.0), (0.4, 70.0), (0.6, 90.0)]
+        # [0.1, 0.5]: 0.1 s of 50, 0.2 s of 70, 0.1 s of 90
+        self.assertAlmostEqual(interval_mean(samples, 0.1, 0.5), (5 + 14 + 9) / 0.4)
+        self.assertAlmostEqual(interval_mean(samples, 0.2, 0.4), 70.0)
+
+    def test_first_sample_only_bounds_and_long_gaps_are_capped(self):
+        from compute_common import interval_mean
+        samples = [(0.0, 100.0), (0.2, 0.0), (0.4, 0.0), (2.0, 40.0)]
+        # the first sample's own span is unknown: a window before 0.0 finds nothing
+        self.assertIsNone(interval_mean(samples, -0.2, 0.0))
+        # the last gap (1.6 s) counts as 2 x the median (0.2 s): (1.6, 2.0] is 40
+        self.assertAlmostEqual(interval_mean(samples, 1.6, 2.0), 40.0)
+        # (0.4, 1.6] has no sample: the window [0.3, 1.9] is covered 0.1 + 0.3 of 1.6 s
+        self.assertIsNone(interval_mean(samples, 0.3, 1.9))
+
+    def test_nothing_to_average(self):
+        from compute_common import interval_mean
+        self.assertIsNone(interval_mean([], 0.0, 1.0))
+        self.assertIsNone(interval_mean([(0.0, 5.0)], 0.0, 1.0))
+        self.assertIsNone(interval_mean([(0.0, 5.0), (0.2, 5.0)], 1.0, 1.0))
+
+
 class Header(unittest.TestCase):
     def test_commit_names_changed_tracked_files(self):
         import compute_common

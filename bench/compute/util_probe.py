@@ -1,0 +1,151 @@
+"""Does NVML's GPU-Util agree with the limiter's own busy time? A diagnostic for docs/compute.md.
+
+Usage: python3 bench/compute/util_probe.py --library build-gpu/libvgpu.so [--limit 60] [--seconds 10]
+                                           [--cases matmul2,matmul,train] [--out DIR]
+
+Runs each case of bench/compute/torch_workload.py natively and under CUDA_DEVICE_SM_LIMIT (with
+VGPU_COMPUTE_TRACE), for --seconds each, while this process reads GPU-Util two ways:
+  raw     nvmlDeviceGetSamples(NVML_GPU_UTILIZATION_SAMPLES): the driver's own samples, each with
+          its timestamp (the driver picks the sample period; printed)
+  polled  nvmlDeviceGetUtilizationRates every 100 ms (bench/compute_matrix.py read it so until
+          2026-11-27; now its fallback)
+and compares them with the busy time the limiter measured (the union of the trace's B intervals)
+over the whole window and over consecutive 1.3 s windows (the matrix's GPU-Util window), so the
+spread of each measure shows. Prints a table per case; --out keeps the traces and a JSON.
+Reads NVML through bench/compute_common.py's UtilSampler; never changes any GPU setting."""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+from compute_common import UtilSampler, interval_mean  # noqa: E402
+
+WORKER = os.path.join(HERE, "torch_workload.py")
+CASES = {"matmul2": ["matmul", "--size", "4096", "--streams", "2"], "matmul": ["matmul"], "train": ["train"]}
+SETTLE_S = 0.3   # as the matrix read its polled GPU-Util: from t_start + 0.3 s
+SUB_S = 1.3      # the matrix's GPU-Util window at --seconds 1.6
+
+
+def raw_mean(sampler, t0, t1):
+    return interval_mean(list(sampler.raw), t0, t1)
+
+
+def polled_mean(sampler, t0, t1):
+    vals = [v for t, v in list(sampler.samples) if t0 <= t <= t1]
+    return statistics.fmean(vals) if vals else None
+
+
+def raw_period_ms(sampler):
+    ts = [t for t, _ in sampler.raw]
+    gaps = [b - a for a, b in zip(ts, ts[1:])]
+    return 1000 * statistics.median(gaps) if gaps else None
+
+
+def read_busy(path):
+    """The union of the trace's B intervals, [(start s, end s)] on time.monotonic()."""
+    spans = []
+    with open(path) as f:
+        for line in f:
+            p = line.split()
+            if p and p[0] == "B":
+                spans.append((int(p[2]) / 1e9, int(p[3]) / 1e9))
+    spans.sort()
+    merged = []
+    for a, b in spans:
+        if merged and a <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], b)
+        else:
+            merged.append([a, b])
+    return merged
+
+
+def busy_share(merged, t0, t1):
+    covered = sum(max(0.0, min(b, t1) - max(a, t0)) for a, b in merged)
+    return 100.0 * covered / (t1 - t0)
+
+
+def run(case, args, sampler, tmp, limited):
+    env = dict(os.environ)
+    trace = None
+    if limited:
+        trace = os.path.join(tmp, f"trace-{case}.txt")
+        env.update(LD_PRELOAD=args.library, CUDA_DEVICE_SM_LIMIT=str(args.limit), VGPU_COMPUTE_TRACE=trace,
+                   CUDA_DEVICE_MEMORY_SHARED_CACHE=os.path.join(tmp, f"ledger-{case}.cache"))
+    cmd = [sys.executable, WORKER] + CASES[case][:1] + ["2", str(args.seconds)] + CASES[case][1:]
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.seconds + 180)
+    if r.returncode != 0:
+        sys.exit(f"util_probe: {' '.join(cmd)} exited {r.returncode}:\n{r.stderr[-2000:]}")
+    res = json.loads(r.stdout.strip().splitlines()[-1])
+    time.sleep(1.5)  # the driver's samples of the window's end arrive late
+    t0, t1 = res["t_start"] + SETTLE_S, res["t_end"]
+    out = {"rate": res["rate"], "raw": raw_mean(sampler, t0, t1), "polled": polled_mean(sampler, t0, t1), "subs": []}
+    merged = read_busy(trace) if trace else None
+    if merged is not None:
+        out["busy"] = busy_share(merged, t0, t1)
+    s = res["t_start"]
+    while s + SETTLE_S + SUB_S <= t1:
+        a, b = s + SETTLE_S, s + SETTLE_S + SUB_S
+        out["subs"].append({"raw": raw_mean(sampler, a, b), "polled": polled_mean(sampler, a, b),
+                            "busy": busy_share(merged, a, b) if merged is not None else None})
+        s += SUB_S
+    return out
+
+
+def fmt(v):
+    return "-" if v is None else f"{v:.1f}"
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--library", required=True)
+    p.add_argument("--limit", type=int, default=60)
+    p.add_argument("--seconds", type=float, default=10.0)
+    p.add_argument("--cases", default="matmul2,matmul,train")
+    p.add_argument("--out")
+    args = p.parse_args()
+    cases = [c for c in args.cases.split(",") if c]
+    for c in cases:
+        if c not in CASES:
+            p.error(f"--cases {c!r}: unknown; cases: {', '.join(CASES)}")
+    if not os.path.exists(args.library):
+        p.error(f"--library {args.library}: no such file")
+    sampler = UtilSampler(0)
+    sampler.start()
+    if not sampler.raw_source():
+        sys.exit("util_probe: needs NVML's nvmlDeviceGetSamples (GPU utilisation samples)")
+    tmp = args.out or tempfile.mkdtemp(prefix="util-probe-")
+    os.makedirs(tmp, exist_ok=True)
+    results = {}
+    for c in cases:
+        print(f"== {c}: native", flush=True)
+        native = run(c, args, sampler, tmp, limited=False)
+        print(f"== {c}: limit {args.limit}", flush=True)
+        limited = run(c, args, sampler, tmp, limited=True)
+        results[c] = {"native": native, "limited": limited}
+    sampler.stop()
+    print(f"\nNVML raw sample period: median {fmt(raw_period_ms(sampler))} ms; "
+          f"limit {args.limit}, window {args.seconds:g} s from t_start + {SETTLE_S} s")
+    print("| case | share of native | busy (trace) | GPU-Util raw | GPU-Util polled | native raw / polled |")
+    print("|---|---|---|---|---|---|")
+    for c, r in results.items():
+        n, lim = r["native"], r["limited"]
+        print(f"| {c} | {100 * lim['rate'] / n['rate']:.1f} | {fmt(lim.get('busy'))} | {fmt(lim['raw'])} | "
+              f"{fmt(lim['polled'])} | {fmt(n['raw'])} / {fmt(n['polled'])} |")
+    for c, r in results.items():
+        subs = r["limited"]["subs"]
+        print(f"\n{c}, consecutive {SUB_S} s windows (busy / raw / polled):")
+        print("  " + "  ".join(f"{fmt(s['busy'])}/{fmt(s['raw'])}/{fmt(s['polled'])}" for s in subs))
+    if args.out:
+        with open(os.path.join(args.out, "util-probe.json"), "w") as f:
+            json.dump({"limit": args.limit, "period_ms": raw_period_ms(sampler), "results": results,
+                       "raw": sampler.raw, "polled": sampler.samples}, f)
+
+
+if __name__ == "__main__":
+    main()
