@@ -156,20 +156,21 @@ _NVML_ERROR_NOT_FOUND = 6  # nvmlDeviceGetSamples: no sample newer than the last
 
 
 def interval_mean(samples, t0, t1):
-    """Time-weighted mean over [t0, t1] of consecutive samples [(end, value)], each the average over
-    the time since the previous one (the first only bounds the second; a gap longer than twice the
-    median counts as twice the median). None when the samples cover less than half of the window."""
+    """Time-weighted mean of the consecutive samples [(end, value)] whose spans lie within [t0, t1],
+    each sample the average over the time since the previous one (the first only bounds the second;
+    a gap longer than twice the median counts as twice the median). A sample straddling an end of
+    the window is left out: its part outside may be anything (a workload's window ends with the GPU
+    going idle). None when the samples left cover less than half of the window."""
     gaps = [b[0] - a[0] for a, b in zip(samples, samples[1:])]
     if not gaps or t1 <= t0:
         return None
     cap = 2 * statistics.median(gaps)
     total = covered = 0.0
     for (end, value), gap in zip(samples[1:], gaps):
-        start = end - min(gap, cap)
-        overlap = min(end, t1) - max(start, t0)
-        if overlap > 0:
-            total += overlap * value
-            covered += overlap
+        span = min(gap, cap)
+        if end - span >= t0 and end <= t1:
+            total += span * value
+            covered += span
     return total / covered if covered >= 0.5 * (t1 - t0) else None
 
 
@@ -177,7 +178,7 @@ class UtilSampler:
     """GPU-Util for the whole benchmark; mean(t0, t1) over CLOCK_MONOTONIC.
 
     With NVML, the driver's own utilisation samples (nvmlDeviceGetSamples: each the busy share of
-    the ~200 ms before its timestamp on an H200), averaged over exactly the window asked for.
+    the ~200 ms before its timestamp on an H200), averaged over those lying within the window.
     Polling nvmlDeviceGetUtilizationRates instead (every 100 ms; the fallback) aliases with a
     limiter's run / rest periods: 1.3 s windows of one steady limited run read 49-72 where the
     driver's samples read 59-60 (bench/compute/util_probe.py, docs/benchmarks.md 2026-11-27 (2)).

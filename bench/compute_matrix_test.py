@@ -375,6 +375,25 @@ class Arithmetic(unittest.TestCase):
         self.assertAlmostEqual(lines[1]["share"], 60.0)
         self.assertTrue(lines[1]["pass"])
 
+    def test_filler_only_for_power_capped_rows_with_room(self):
+        self.assertEqual(cm.filler_limit([30, 60], {"power_capped": True}), 10)
+        self.assertEqual(cm.filler_limit([30, 30, 30], {"power_capped": True}), 10)
+        self.assertIsNone(cm.filler_limit([30, 60], {"power_capped": False}))
+        self.assertIsNone(cm.filler_limit([30, 60], None))
+        self.assertIsNone(cm.filler_limit([40, 60], {"power_capped": True}))
+
+    def test_filler_is_named_and_judged(self):
+        native = dict(rate=600.0, util=100.0, clock=1460.0, capped=0.9)
+        lines, _ = cm.analyse([rec(["run", "matmul", None], **native),
+                               rec(["group", "matmul", [30, 60]], filler=10, containers=[
+                                   dict(name="c1-30", target=30, rate=180.0), dict(name="c2-60", target=60, rate=366.0),
+                                   dict(name="c3-10", target=10, rate=90.0)])])
+        self.assertEqual([l["scenario"] for l in lines], ["co-located 30 + 60 + 10 (filler)"] * 3)
+        self.assertEqual([l["pass"] for l in lines], [True, True, False])  # the filler at 15: outside 10 +-3
+        table = cm.markdown(lines, {}, [], "h")
+        self.assertIn("| co-located 30 + 60 + 10 (filler) |", table)
+        self.assertIn("c3-10 (10)", table)
+
     def test_errors_and_missing_natives_fail(self):
         lines, _ = cm.analyse([rec(["run", "1x5us", None], rate=100.0), rec(["run", "1x5us", 30], error="exit 2: x"),
                                rec(["run", "8x1ms", 60], rate=60.0),
@@ -575,12 +594,14 @@ class FakeRuns(unittest.TestCase):
 class UtilSamples(unittest.TestCase):
     """compute_common.interval_mean: the driver's samples, each the mean since the previous one."""
 
-    def test_window_inside_samples_weights_by_overlap(self):
+    def test_only_samples_inside_the_window_count(self):
         from compute_common import interval_mean
-        samples = [(0.0, 0.0), (0.2, 50.0), (0.4, 70.0), (0.6, 90.0)]
-        # [0.1, 0.5]: 0.1 s of 50, 0.2 s of 70, 0.1 s of 90
-        self.assertAlmostEqual(interval_mean(samples, 0.1, 0.5), (5 + 14 + 9) / 0.4)
+        samples = [(0.0, 0.0), (0.2, 50.0), (0.4, 70.0), (0.6, 90.0), (1.0, 10.0)]
+        # [0.1, 0.7]: only (0.2, 0.4] and (0.4, 0.6] lie within; they cover 0.4 of 0.6 s
+        self.assertAlmostEqual(interval_mean(samples, 0.1, 0.7), 80.0)
         self.assertAlmostEqual(interval_mean(samples, 0.2, 0.4), 70.0)
+        # the last span (0.6, 1.0] counts 0.4 s: [0.2, 1.0] averages 70, 90, 10 by time
+        self.assertAlmostEqual(interval_mean(samples, 0.2, 1.0), (0.2 * 70 + 0.2 * 90 + 0.4 * 10) / 0.8)
 
     def test_first_sample_only_bounds_and_long_gaps_are_capped(self):
         from compute_common import interval_mean
@@ -589,14 +610,16 @@ class UtilSamples(unittest.TestCase):
         self.assertIsNone(interval_mean(samples, -0.2, 0.0))
         # the last gap (1.6 s) counts as 2 x the median (0.2 s): (1.6, 2.0] is 40
         self.assertAlmostEqual(interval_mean(samples, 1.6, 2.0), 40.0)
-        # (0.4, 1.6] has no sample: the window [0.3, 1.9] is covered 0.1 + 0.3 of 1.6 s
-        self.assertIsNone(interval_mean(samples, 0.3, 1.9))
+        # (0.4, 1.6] has no sample: the window [0.2, 2.0] is covered 0.2 + 0.4 of 1.8 s
+        self.assertIsNone(interval_mean(samples, 0.2, 2.0))
 
     def test_nothing_to_average(self):
         from compute_common import interval_mean
         self.assertIsNone(interval_mean([], 0.0, 1.0))
         self.assertIsNone(interval_mean([(0.0, 5.0)], 0.0, 1.0))
         self.assertIsNone(interval_mean([(0.0, 5.0), (0.2, 5.0)], 1.0, 1.0))
+        # a window inside one sample's span: nothing lies within it
+        self.assertIsNone(interval_mean([(0.0, 5.0), (0.2, 5.0)], 0.05, 0.15))
 
 
 class Header(unittest.TestCase):
