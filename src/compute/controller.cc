@@ -188,7 +188,7 @@ int64_t Controller::TurnDelayNs(int64_t now) {
                                      : options_.max_turn_wait_ns;
   const int64_t left = max_wait - (now - since);
   if (left <= 0) return 0;  // waited long enough: go (the wait restarts at the next burst)
-  return std::min(until - now, left);
+  return std::min({until - now, left, std::max<int64_t>(options_.turn_poll_ns, 1)});
 }
 
 void Controller::ClaimTurn(int64_t busy_ns, int64_t now) {

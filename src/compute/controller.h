@@ -121,6 +121,8 @@ struct ControllerOptions {
                                                 // turn within turn_recent_ns
   int64_t turn_recent_ns = 200'000'000;
   int64_t max_turn_wait_ns = 20'000'000;        // a burst waits at most this long for others
+  int64_t turn_poll_ns = 500'000;               // a wait for the turn sleeps at most this long at
+                                                // once: a holder done early releases it
   // > 0: runs. Once the debt is paid, every launch of the container (any process, stream or
   // thread) is admitted for share * period_ns of wall time, then it rests until the debt is paid
   // again: its kernels overlap as they do natively during a run. Longer periods let the GPU's power

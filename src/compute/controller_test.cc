@@ -533,7 +533,19 @@ TEST(ControllerTurnTest, AProcessWaitsUntilAnotherOnesClaimedWorkIsDone) {
   EXPECT_EQ(p.b.AdmitDelayNs(kStart + 100 * kUs), 500 * kUs);
   EXPECT_EQ(p.b.AdmitDelayNs(kStart + 600 * kUs), 0);  // a's work is done
   p.b.ClaimTurn(1 * kMs, kStart + 600 * kUs);
-  EXPECT_EQ(p.a.AdmitDelayNs(kStart + 700 * kUs), 900 * kUs);  // now a waits for b
+  // now a waits for b, in sleeps of at most turn_poll_ns (b may release its turn early)
+  EXPECT_EQ(p.a.AdmitDelayNs(kStart + 700 * kUs), 500 * kUs);
+  EXPECT_EQ(p.a.AdmitDelayNs(kStart + 1200 * kUs), 400 * kUs);
+  EXPECT_EQ(p.a.AdmitDelayNs(kStart + 1600 * kUs), 0);
+}
+
+TEST(ControllerTurnTest, AWaiterSeesAnEarlyReleaseWithinOnePoll) {
+  TurnPair p;
+  p.a.ClaimTurn(20 * kMs, kStart);
+  const int64_t wait = p.b.AdmitDelayNs(kStart + 1 * kMs);
+  EXPECT_EQ(wait, ControllerOptions().turn_poll_ns);  // not the 19 ms the claim still says
+  p.a.ReleaseTurn(kStart + 1 * kMs + 100 * kUs);      // a's work completed early
+  EXPECT_EQ(p.b.AdmitDelayNs(kStart + 1 * kMs + wait), 0);
 }
 
 TEST(ControllerTurnTest, AHolderThatFinishedEarlyReleasesItsTurn) {
