@@ -146,12 +146,17 @@ class _NvmlUtil(ctypes.Structure):
     _fields_ = [("gpu", ctypes.c_uint), ("memory", ctypes.c_uint)]
 
 
-class _NvmlSample(ctypes.Structure):  # nvmlSample_t: a CPU timestamp (us) and an 8-byte nvmlValue_t
-    _fields_ = [("timestamp", ctypes.c_ulonglong), ("value", ctypes.c_ulonglong)]
+class _NvmlValue(ctypes.Union):  # nvmlValue_t
+    _fields_ = [("dVal", ctypes.c_double), ("uiVal", ctypes.c_uint), ("ulVal", ctypes.c_ulong),
+                ("ullVal", ctypes.c_ulonglong), ("sllVal", ctypes.c_longlong)]
+
+
+class _NvmlSample(ctypes.Structure):  # nvmlSample_t: a CPU timestamp (us) and a value
+    _fields_ = [("timestamp", ctypes.c_ulonglong), ("value", _NvmlValue)]
 
 
 _NVML_GPU_UTILIZATION_SAMPLES = 1
-_NVML_VALUE_TYPE_UNSIGNED_INT = 1
+_NVML_VALUE_FIELDS = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal"}  # nvmlValueType_t
 _NVML_ERROR_NOT_FOUND = 6  # nvmlDeviceGetSamples: no sample newer than the last one seen
 
 
@@ -181,7 +186,8 @@ class UtilSampler:
     the ~200 ms before its timestamp on an H200), averaged over those lying within the window.
     Polling nvmlDeviceGetUtilizationRates instead (every 100 ms; the fallback) aliases with a
     limiter's run / rest periods: 1.3 s windows of one steady limited run read 49-72 where the
-    driver's samples read 59-60 (bench/compute/util_probe.py, docs/benchmarks.md 2026-11-27 (2)).
+    driver's samples read 58.8-60.0 (bench/compute/util_probe.py; docs/benchmarks.md, 2026-11-27,
+    "Where GPU-Util's spread comes from").
     The poll also reads the SM clock and the clock-event reasons (capped_fraction)."""
 
     def __init__(self, index):
@@ -299,11 +305,11 @@ class UtilSampler:
         rc = call(self._handle, ctypes.c_int(_NVML_GPU_UTILIZATION_SAMPLES), ctypes.c_ulonglong(self._raw_seen),
                   ctypes.byref(vtype), ctypes.byref(count), buf)
         if rc == 0:
+            field = _NVML_VALUE_FIELDS.get(vtype.value, "uiVal")  # utilisation samples are unsigned ints
             offset = time.time() - time.monotonic()  # the timestamps are CPU wall-clock microseconds
             for sample in sorted(buf[:count.value], key=lambda x: x.timestamp):
                 if sample.timestamp > self._raw_seen:
-                    value = sample.value & 0xFFFFFFFF if vtype.value == _NVML_VALUE_TYPE_UNSIGNED_INT else sample.value
-                    self.raw.append((sample.timestamp / 1e6 - offset, float(value)))
+                    self.raw.append((sample.timestamp / 1e6 - offset, float(getattr(sample.value, field))))
                     self._raw_seen = sample.timestamp
         return rc
 

@@ -45,7 +45,8 @@ judged +-3 with no exception. On a power-capped row a group whose limits leave p
 idle gets one more container of the same workload, a filler at the rest (30+60+10, 30+30+30+10),
 judged like the others: with the GPU idle 10% of the time its power manager raises the clocks of
 all of them (on the H200 a matmul at 60 beside one at 30 did 64.1 of its native throughput at
-1564 MHz against 1433 natively), so the issue's definition asks for neighbours that fill the GPU.
+1564 MHz against 1433 natively), and the limit's definition (docs/compute.md) judges a power-capped
+workload co-located beside neighbours that fill the GPU.
 
 Time: the plan and its estimate are printed first; --budget S skips any row or group that would
 end later than S seconds after the start (estimated from the start-up times seen so far), so that
@@ -410,15 +411,16 @@ class MatrixRunner:
     def group(self, rid, targets, filler=None):
         """The containers of a group, started together; `filler`: the limit of one more container
         (filler_limit). Returns {"containers": [...], "filler": filler}."""
+        limits = list(targets) + ([filler] if filler else [])
         members, names = [], []
-        for j, target in enumerate(list(targets) + ([filler] if filler else [])):
+        for j, target in enumerate(limits):
             env = self.launcher.env_for(target, summary=self.s.summary)
             name = f"c{j + 1}-{target}"
             names.append(name)
             members += [(f"{name}-p{k + 1}", self.command(rid), env) for k in range(ROW[rid].procs)]
         started = self.launcher.group(members, self.timeout(rid))
         containers = []
-        for name, target in zip(names, list(targets) + ([filler] if filler else [])):
+        for name, target in zip(names, limits):
             mine = [v for k, v in started.items() if k.startswith(name + "-p")]
             containers.append(dict(self._container(rid, mine), name=name, target=target))
         return {"containers": containers, "filler": filler}
