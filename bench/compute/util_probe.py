@@ -1,10 +1,13 @@
 """Does NVML's GPU-Util agree with the limiter's own busy time? A diagnostic for docs/compute.md.
 
-Usage: python3 bench/compute/util_probe.py --library build-gpu/libvgpu.so [--limit 60] [--seconds 10]
-                                           [--cases matmul2,matmul,train] [--out DIR]
+Usage: python3 bench/compute/util_probe.py --library build-gpu/libvgpu.so [--limit 60[,90...]]
+                                           [--seconds 10] [--cases matmul2,matmul,train,serving]
+                                           [--out DIR]
 
-Runs each case of bench/compute/torch_workload.py natively and under CUDA_DEVICE_SM_LIMIT (with
-VGPU_COMPUTE_TRACE), for --seconds each, while this process reads GPU-Util two ways:
+Runs each case natively and under CUDA_DEVICE_SM_LIMIT at each --limit (with VGPU_COMPUTE_TRACE),
+for --seconds each, while this process reads GPU-Util two ways. The cases: bench/compute/
+torch_workload.py's (matmul2, matmul, train; the default) and serving, bench/serving/serve.py with
+the concurrency matrix's arguments (requests of fixed lengths; ~10 s of set-up per run). GPU-Util:
   raw     nvmlDeviceGetSamples(NVML_GPU_UTILIZATION_SAMPLES): the driver's own samples, each with
           its timestamp (the driver picks the sample period; printed)
   polled  nvmlDeviceGetUtilizationRates every 100 ms (bench/compute_matrix.py read it so until
@@ -16,6 +19,7 @@ Reads NVML through bench/compute_common.py's UtilSampler; never changes any GPU 
 import argparse
 import json
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -25,9 +29,11 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 from compute_common import UtilSampler, interval_mean  # noqa: E402
+from compute_matrix import DEFAULT_SERVING_ARGS, SERVE_SCRIPT  # noqa: E402
 
 WORKER = os.path.join(HERE, "torch_workload.py")
-CASES = {"matmul2": ["matmul", "--size", "4096", "--streams", "2"], "matmul": ["matmul"], "train": ["train"]}
+CASES = {"matmul2": ["matmul", "--size", "4096", "--streams", "2"], "matmul": ["matmul"], "train": ["train"],
+         "serving": None}
 SETTLE_S = 0.3   # as the matrix read its polled GPU-Util: from t_start + 0.3 s
 SUB_S = 1.3      # the matrix's GPU-Util window at --seconds 1.6
 
@@ -70,21 +76,28 @@ def busy_share(merged, t0, t1):
     return 100.0 * covered / (t1 - t0)
 
 
-def run(case, args, sampler, tmp, limited):
+def command(case, seconds):
+    if CASES[case] is None:  # serving: the matrix's arguments, then this window (the last given wins)
+        return ([sys.executable, SERVE_SCRIPT] + shlex.split(DEFAULT_SERVING_ARGS)
+                + ["--warmup", "2", "--seconds", str(seconds)])
+    return [sys.executable, WORKER] + CASES[case][:1] + ["2", str(seconds)] + CASES[case][1:]
+
+
+def run(case, args, sampler, tmp, limit):
     env = dict(os.environ)
     trace = None
-    if limited:
-        trace = os.path.join(tmp, f"trace-{case}.txt")
-        env.update(LD_PRELOAD=args.library, CUDA_DEVICE_SM_LIMIT=str(args.limit), VGPU_COMPUTE_TRACE=trace,
-                   CUDA_DEVICE_MEMORY_SHARED_CACHE=os.path.join(tmp, f"ledger-{case}.cache"))
-    cmd = [sys.executable, WORKER] + CASES[case][:1] + ["2", str(args.seconds)] + CASES[case][1:]
-    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.seconds + 180)
+    if limit is not None:
+        trace = os.path.join(tmp, f"trace-{case}-{limit}.txt")
+        env.update(LD_PRELOAD=args.library, CUDA_DEVICE_SM_LIMIT=str(limit), VGPU_COMPUTE_TRACE=trace,
+                   CUDA_DEVICE_MEMORY_SHARED_CACHE=os.path.join(tmp, f"ledger-{case}-{limit}.cache"))
+    cmd = command(case, args.seconds)
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.seconds + 300)
     if r.returncode != 0:
         sys.exit(f"util_probe: {' '.join(cmd)} exited {r.returncode}:\n{r.stderr[-2000:]}")
     res = json.loads(r.stdout.strip().splitlines()[-1])
     time.sleep(1.5)  # the driver's samples of the window's end arrive late
     t0, t1 = res["t_start"] + SETTLE_S, res["t_end"]
-    out = {"rate": res["rate"], "raw": raw_mean(sampler, t0, t1), "polled": polled_mean(sampler, t0, t1), "subs": []}
+    out = {"rate": res["tokens_per_s"] if CASES[case] is None else res["rate"], "raw": raw_mean(sampler, t0, t1), "polled": polled_mean(sampler, t0, t1), "subs": []}
     merged = read_busy(trace) if trace else None
     if merged is not None:
         out["busy"] = busy_share(merged, t0, t1)
@@ -104,11 +117,17 @@ def fmt(v):
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--library", required=True)
-    p.add_argument("--limit", type=int, default=60)
+    p.add_argument("--limit", default="60", help="limits, comma-separated (default 60)")
     p.add_argument("--seconds", type=float, default=10.0)
     p.add_argument("--cases", default="matmul2,matmul,train")
     p.add_argument("--out")
     args = p.parse_args()
+    try:
+        limits = [int(x) for x in args.limit.split(",") if x.strip()]
+    except ValueError:
+        limits = []
+    if not limits or any(not 1 <= x <= 99 for x in limits):
+        p.error(f"--limit {args.limit!r}: expected limits 1-99, comma-separated")
     cases = [c for c in args.cases.split(",") if c]
     for c in cases:
         if c not in CASES:
@@ -124,26 +143,27 @@ def main():
     results = {}
     for c in cases:
         print(f"== {c}: native", flush=True)
-        native = run(c, args, sampler, tmp, limited=False)
-        print(f"== {c}: limit {args.limit}", flush=True)
-        limited = run(c, args, sampler, tmp, limited=True)
-        results[c] = {"native": native, "limited": limited}
+        results[c] = {"native": run(c, args, sampler, tmp, None), "limited": {}}
+        for limit in limits:
+            print(f"== {c}: limit {limit}", flush=True)
+            results[c]["limited"][limit] = run(c, args, sampler, tmp, limit)
     sampler.stop()
     print(f"\nNVML raw sample period: median {fmt(raw_period_ms(sampler))} ms; "
-          f"limit {args.limit}, window {args.seconds:g} s from t_start + {SETTLE_S} s")
-    print("| case | share of native | busy (trace) | GPU-Util raw | GPU-Util polled | native raw / polled |")
-    print("|---|---|---|---|---|---|")
+          f"window {args.seconds:g} s from t_start + {SETTLE_S} s")
+    print("| case | limit | share of native | busy (trace) | GPU-Util raw | GPU-Util polled | native raw / polled |")
+    print("|---|---|---|---|---|---|---|")
     for c, r in results.items():
-        n, lim = r["native"], r["limited"]
-        print(f"| {c} | {100 * lim['rate'] / n['rate']:.1f} | {fmt(lim.get('busy'))} | {fmt(lim['raw'])} | "
-              f"{fmt(lim['polled'])} | {fmt(n['raw'])} / {fmt(n['polled'])} |")
+        n = r["native"]
+        for limit, lim in r["limited"].items():
+            print(f"| {c} | {limit} | {100 * lim['rate'] / n['rate']:.1f} | {fmt(lim.get('busy'))} | "
+                  f"{fmt(lim['raw'])} | {fmt(lim['polled'])} | {fmt(n['raw'])} / {fmt(n['polled'])} |")
     for c, r in results.items():
-        subs = r["limited"]["subs"]
-        print(f"\n{c}, consecutive {SUB_S} s windows (busy / raw / polled):")
-        print("  " + "  ".join(f"{fmt(s['busy'])}/{fmt(s['raw'])}/{fmt(s['polled'])}" for s in subs))
+        for limit, lim in r["limited"].items():
+            print(f"\n{c} at {limit}, consecutive {SUB_S} s windows (busy / raw / polled):")
+            print("  " + "  ".join(f"{fmt(s['busy'])}/{fmt(s['raw'])}/{fmt(s['polled'])}" for s in lim["subs"]))
     if args.out:
         with open(os.path.join(args.out, "util-probe.json"), "w") as f:
-            json.dump({"limit": args.limit, "period_ms": raw_period_ms(sampler), "results": results,
+            json.dump({"limits": limits, "period_ms": raw_period_ms(sampler), "results": results,
                        "raw": sampler.raw, "polled": sampler.samples}, f)
 
 
