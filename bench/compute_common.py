@@ -179,6 +179,13 @@ def interval_mean(samples, t0, t1):
     return total / covered if covered >= 0.5 * (t1 - t0) else None
 
 
+def _wait_until(ready, timeout_s=2.0):
+    """Polls `ready` every 100 ms for at most timeout_s."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and not ready():
+        time.sleep(0.1)
+
+
 class UtilSampler:
     """GPU-Util for the whole benchmark; mean(t0, t1) over CLOCK_MONOTONIC.
 
@@ -351,16 +358,16 @@ class UtilSampler:
             return None
         if self._raw_thread:
             if wait:  # a sample past t1 arrives up to a sample period and a read later
-                deadline = time.monotonic() + 2
-                while time.monotonic() < deadline and not (self.raw and self.raw[-1][0] >= t1):
-                    time.sleep(0.1)
+                _wait_until(lambda: self.raw and self.raw[-1][0] >= t1)
             value = interval_mean(list(self.raw), t0, t1)
             if value is not None:
                 return value
-        if wait and self._proc:  # nvidia-smi output may lag: wait up to 2 s for a sample past t1
-            deadline = time.monotonic() + 2
-            while time.monotonic() < deadline and not any(t > t1 for t, _ in self.samples[-50:]):
-                time.sleep(0.1)
+        if wait and self._proc:  # nvidia-smi output may lag
+            _wait_until(lambda: any(t > t1 for t, _ in self.samples[-50:]))
+        return self.polled_mean(t0, t1)
+
+    def polled_mean(self, t0, t1):
+        """The mean of the polled (or nvidia-smi) readings taken in [t0, t1]; None without any."""
         vals = [u for t, u in list(self.samples) if t0 <= t <= t1]
         return statistics.mean(vals) if vals else None
 

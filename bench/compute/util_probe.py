@@ -29,7 +29,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 from compute_common import UtilSampler, interval_mean  # noqa: E402
-from compute_matrix import DEFAULT_SERVING_ARGS, SERVE_SCRIPT  # noqa: E402
+from compute_matrix import DEFAULT_SERVING_ARGS, SERVE_SCRIPT, parse_limits  # noqa: E402
+from trace_report import Timeline, read_library  # noqa: E402
 
 WORKER = os.path.join(HERE, "torch_workload.py")
 CASES = {"matmul2": ["matmul", "--size", "4096", "--streams", "2"], "matmul": ["matmul"], "train": ["train"],
@@ -42,38 +43,15 @@ def raw_mean(sampler, t0, t1):
     return interval_mean(list(sampler.raw), t0, t1)
 
 
-def polled_mean(sampler, t0, t1):
-    vals = [v for t, v in list(sampler.samples) if t0 <= t <= t1]
-    return statistics.fmean(vals) if vals else None
-
-
 def raw_period_ms(sampler):
     ts = [t for t, _ in sampler.raw]
     gaps = [b - a for a, b in zip(ts, ts[1:])]
     return 1000 * statistics.median(gaps) if gaps else None
 
 
-def read_busy(path):
-    """The union of the trace's B intervals, [(start s, end s)] on time.monotonic()."""
-    spans = []
-    with open(path) as f:
-        for line in f:
-            p = line.split()
-            if p and p[0] == "B":
-                spans.append((int(p[2]) / 1e9, int(p[3]) / 1e9))
-    spans.sort()
-    merged = []
-    for a, b in spans:
-        if merged and a <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], b)
-        else:
-            merged.append([a, b])
-    return merged
-
-
-def busy_share(merged, t0, t1):
-    covered = sum(max(0.0, min(b, t1) - max(a, t0)) for a, b in merged)
-    return 100.0 * covered / (t1 - t0)
+def busy_share(timeline, t0, t1):
+    """The limiter's busy time in [t0, t1] (seconds), % of it: the union of the trace's intervals."""
+    return 100.0 * timeline.busy_ns(t0 * 1e9, t1 * 1e9) / ((t1 - t0) * 1e9)
 
 
 def command(case, seconds):
@@ -97,15 +75,16 @@ def run(case, args, sampler, tmp, limit):
     res = json.loads(r.stdout.strip().splitlines()[-1])
     time.sleep(1.5)  # the driver's samples of the window's end arrive late
     t0, t1 = res["t_start"] + SETTLE_S, res["t_end"]
-    out = {"rate": res["tokens_per_s"] if CASES[case] is None else res["rate"], "raw": raw_mean(sampler, t0, t1), "polled": polled_mean(sampler, t0, t1), "subs": []}
-    merged = read_busy(trace) if trace else None
-    if merged is not None:
-        out["busy"] = busy_share(merged, t0, t1)
+    out = {"rate": res["tokens_per_s"] if CASES[case] is None else res["rate"],
+           "raw": raw_mean(sampler, t0, t1), "polled": sampler.polled_mean(t0, t1), "subs": []}
+    timeline = Timeline([], read_library(trace)[2]) if trace else None
+    if timeline is not None:
+        out["busy"] = busy_share(timeline, t0, t1)
     s = res["t_start"]
     while s + SETTLE_S + SUB_S <= t1:
         a, b = s + SETTLE_S, s + SETTLE_S + SUB_S
-        out["subs"].append({"raw": raw_mean(sampler, a, b), "polled": polled_mean(sampler, a, b),
-                            "busy": busy_share(merged, a, b) if merged is not None else None})
+        out["subs"].append({"raw": raw_mean(sampler, a, b), "polled": sampler.polled_mean(a, b),
+                            "busy": busy_share(timeline, a, b) if timeline is not None else None})
         s += SUB_S
     return out
 
@@ -122,12 +101,9 @@ def main():
     p.add_argument("--cases", default="matmul2,matmul,train")
     p.add_argument("--out")
     args = p.parse_args()
-    try:
-        limits = [int(x) for x in args.limit.split(",") if x.strip()]
-    except ValueError:
-        limits = []
-    if not limits or any(not 1 <= x <= 99 for x in limits):
-        p.error(f"--limit {args.limit!r}: expected limits 1-99, comma-separated")
+    limits = parse_limits(args.limit, "--limit", p.error)
+    if 100 in limits:
+        p.error("--limit: 100 is no limit; the probe compares limited runs with native ones")
     cases = [c for c in args.cases.split(",") if c]
     for c in cases:
         if c not in CASES:
