@@ -134,7 +134,7 @@ def plan(rows, rounds, limits):
 def table(records, rows, limits):
     """Markdown: per row and limit, the rounds' native rates and old / new shares of them."""
     out = ["| row | limit | native rate per round | old: share of native | new: share of native | "
-           "marks per launch, old / new | limiter's measure (ppm), old / new |", "|---|---|---|---|---|---|---|"]
+           "marks / event queries per launch, old / new | limiter's measure (ppm), old / new |", "|---|---|---|---|---|---|---|"]
     for row in rows:
         natives = [r for r in records if r["row"] == row and r["lib"] == "native"]
         for limit in limits_of(row, limits):
@@ -147,7 +147,8 @@ def table(records, rows, limits):
                                 and r["round"] == rnd), None)
                     ok = rec and not rec["error"] and not nat["error"] and nat["rate"]
                     shares[lib].append(100.0 * rec["rate"] / nat["rate"] if ok else None)
-                    marks[lib].append(fmt(rec.get("marks_per_launch"), 3) if rec else "–")
+                    marks[lib].append(f"{fmt(rec.get('marks_per_launch'), 3)}/{fmt(rec.get('queries_per_launch'), 2)}"
+                                      if rec else "–")
                     measure[lib].append(str(int(rec["measured_ppm"])) if rec and "measured_ppm" in rec else "–")
             rates = ", ".join(fmt(n["rate"], 0) if not n["error"] else "failed" for n in natives)
             shown = {}

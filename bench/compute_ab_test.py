@@ -70,6 +70,8 @@ class Plan(unittest.TestCase):
         self.assertEqual(got["launches"], 4577)
         self.assertEqual(got["marks"], 4848)
         self.assertAlmostEqual(got["marks_per_launch"], 4848 / 4577)
+        self.assertAlmostEqual(got["queries_per_launch"], 23842 / 4577)
+        self.assertNotIn("host_begins", got)  # that summary predates them
         self.assertEqual(got["queue_waits"], 405)
         self.assertEqual(got["measured_ppm"], 577068)
         self.assertEqual(got["busy_ms"], 2957.4)
@@ -107,7 +109,7 @@ class Runs(unittest.TestCase):
                             deviate=f"preload:{self.new}@60=-5")
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("| 1x5us | 30 | 200000, 200000 | 30.0, 30.0 (mean 30.0) | 30.0, 30.0 (mean 30.0) | "
-                      "0.020, 0.020 / 0.020, 0.020 | 300000, 300000 / 300000, 300000 |", md)
+                      "0.020/0.04, 0.020/0.04 / 0.020/0.04, 0.020/0.04 | 300000, 300000 / 300000, 300000 |", md)
         self.assertIn("| 1x5us | 60 | 200000, 200000 | 60.0, 60.0 (mean 60.0) | 55.0, 55.0 (mean 55.0) |", md)
         self.assertIn("| launch-1x2us | 99 | 500000, 500000 | 99.0, 99.0 (mean 99.0) |", md)
         self.assertIn("| serving | 10 | 5000, 5000 | 10.0, 10.0 (mean 10.0) | 10.0, 10.0 (mean 10.0) |", md)
