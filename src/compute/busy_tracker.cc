@@ -142,7 +142,11 @@ bool BusyTracker::RecordLocked(StreamState& st, bool begin, bool deep, int64_t n
 void BusyTracker::MarkTailLocked(StreamState& st, int64_t now) {
   if (st.tail_launches == 0) return;
   bool previous_pending = false;
-  if (st.has_last_event && !st.last_event_is_begin && !st.tail_from_host_begin) {
+  if (st.tail_from_host_begin) {
+    // No depth test (the tail began without the idle check); a uniform stream's marks still
+    // grow sparser, as its gapped intervals are capped.
+    if (UniformCostLocked(st)) st.mark_interval = std::min(st.mark_interval * 2, options_.max_mark_interval);
+  } else if (st.has_last_event && !st.last_event_is_begin) {
     previous_pending = QueryLastEventLocked(st) == EventState::kNotReady;
     if (previous_pending || UniformCostLocked(st)) {
       st.mark_interval = std::min(st.mark_interval * 2, options_.max_mark_interval);
