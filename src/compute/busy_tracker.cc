@@ -115,12 +115,8 @@ bool BusyTracker::RecordLocked(StreamState& st, bool begin, bool deep, int64_t n
                                    !begin && st.gap_unmarked, deep, begin ? 0 : st.tail_estimate_ns,
                                    now, own_horizon_, due});
   st.gap_unmarked = false;
-  st.tail_from_host_begin = false;
   ++stats_.marks;
-  if (begin) {
-    ++stats_.begins;
-    last_begin_event_ns_ = now;
-  }
+  if (begin) ++stats_.begins;
   st.pending_launches += begin ? 0 : st.tail_launches;
   st.pending_estimate_ns += begin ? 0 : st.tail_estimate_ns;
   st.last_event = event;
@@ -142,11 +138,7 @@ bool BusyTracker::RecordLocked(StreamState& st, bool begin, bool deep, int64_t n
 void BusyTracker::MarkTailLocked(StreamState& st, int64_t now) {
   if (st.tail_launches == 0) return;
   bool previous_pending = false;
-  if (st.tail_from_host_begin) {
-    // No depth test (the tail began without the idle check); a uniform stream's marks still
-    // grow sparser, as its gapped intervals are capped.
-    if (UniformCostLocked(st)) st.mark_interval = std::min(st.mark_interval * 2, options_.max_mark_interval);
-  } else if (st.has_last_event && !st.last_event_is_begin) {
+  if (st.has_last_event && !st.last_event_is_begin) {
     previous_pending = QueryLastEventLocked(st) == EventState::kNotReady;
     if (previous_pending || UniformCostLocked(st)) {
       st.mark_interval = std::min(st.mark_interval * 2, options_.max_mark_interval);
@@ -246,25 +238,16 @@ int64_t BusyTracker::BeforeLaunch(StreamKey stream, int64_t now, LaunchTicket* t
     // Nothing to wait for (no events available): measuring is impossible, launch unmetered.
   }
   CollapseIntervalIfShallowLocked(st);
-  const bool host_begin = HostBeginLocked(st, now);
-  // A tail that starts on the query-and-begin path has its depth tested again (MarkTailLocked).
-  if (!host_begin && st.tail_launches == 0) st.host_begin_found_busy = false;
-  if (host_begin) {
-    ticket->begin = LaunchTicket::kHostBegin;  // AfterLaunch notes it
-  } else if (StreamIdleLocked(st)) {
+  if (StreamIdleLocked(st)) {
     // The queue starts empty: mark densely until it is seen deep again (a uniform stream's
     // intervals are capped instead, and its marks stay sparse).
     if (!UniformCostLocked(st)) st.mark_interval = 1;
-    if (RecordLocked(st, /*begin=*/true, /*deep=*/false, now)) {
-      ticket->begin = LaunchTicket::kEventBegin;
-      ticket->begin_event = st.last_event;
-    } else {
+    if (!RecordLocked(st, /*begin=*/true, /*deep=*/false, now)) {
       st.gap_unmarked = true;  // the next interval would include the idle gap: do not measure it
     }
   }
   ticket->slot = slot;
   ticket->generation = st.generation;
-  ticket->launch_ns = now;
   return 0;
 }
 
@@ -277,26 +260,6 @@ int64_t BusyTracker::AfterLaunch(const LaunchTicket& ticket, bool launched, int6
   if (ticket.slot >= 0 && slots_[ticket.slot].generation == ticket.generation &&
       slots_[ticket.slot].in_use && !slots_[ticket.slot].retired) {
     StreamState& st = slots_[ticket.slot];
-    if (ticket.begin == LaunchTicket::kHostBegin && st.tail_launches == 0) {
-      // Not an event: done at once, its time computed when it is processed. Its horizon (the
-      // pruning bound) allows for that time lying a little before the union's current end: the
-      // offset is a median, and a begin event's time is never earlier than its recording.
-      constexpr int64_t kHostBeginSlackNs = 100'000;
-      const int64_t horizon = own_horizon_ == std::numeric_limits<int64_t>::min() ? own_horizon_
-                                                                                 : own_horizon_ - kHostBeginSlackNs;
-      st.pending.push_back(PendingMark{0, 0, /*begin=*/true, false, false, 0, ticket.launch_ns, horizon, 0,
-                                       /*host_begin=*/true, ticket.launch_ns});
-      st.tail_from_host_begin = true;
-      ++stats_.host_begins;
-    } else if (ticket.begin == LaunchTicket::kEventBegin) {
-      // The begin's offset sample: its launch's time (unless it was processed already).
-      for (auto it = st.pending.rbegin(); it != st.pending.rend(); ++it) {
-        if (it->begin && !it->host_begin && it->event == ticket.begin_event) {
-          it->launch_ns = ticket.launch_ns;
-          break;
-        }
-      }
-    }
     estimate = std::llround(EstimateLocked(st));
     st.tail_launches += 1;
     st.tail_estimate_ns += estimate;
@@ -403,8 +366,6 @@ void BusyTracker::Reset(bool destroy_events) {
   has_offset_ = false;
   has_anchor_ = false;
   events_exhausted_ = false;
-  begin_offset_count_ = 0;
-  begin_offset_next_ = 0;
 }
 
 void BusyTracker::ObserveIntervals(IntervalObserver observer, void* context) {
@@ -492,20 +453,6 @@ void BusyTracker::LearnLocked(StreamState& st, const PendingMark& mark, int64_t 
 
 PollResult BusyTracker::ProcessMarkLocked(StreamState& st, const PendingMark& mark) {
   PollResult result;
-  if (mark.host_begin) {
-    // Where the launch could have started at the earliest, as the begin events show; not
-    // before the previous mark (the stream was still busy: a chain). Without an offset (the
-    // samples were reset since) the chain goes on, the gap counted as busy.
-    if (begin_offset_count_ == 0) return result;
-    const int64_t start = mark.launch_ns + begin_offset_ns_;
-    const bool gap = !st.chain_open || start > st.chain_time_ns;
-    st.host_begin_found_busy = !gap;
-    st.chain_time_ns = gap ? start : st.chain_time_ns;
-    st.chain_open = true;
-    st.chain_host_ns = mark.launch_ns;
-    st.chain_from_begin = gap;
-    return result;
-  }
   int64_t time = 0;
   bool timed = AbsoluteTimeLocked(mark.event, &time);
   if (timed) NoteOffsetLocked(mark.host_ns, last_poll_ns_, time);
@@ -546,35 +493,11 @@ PollResult BusyTracker::ProcessMarkLocked(StreamState& st, const PendingMark& ma
       result.unmeasured_ns = mark.estimate_ns;
     }
   }
-  if (mark.begin && timed && mark.launch_ns != 0) NoteBeginOffsetLocked(time - mark.launch_ns, mark.host_ns);
   st.chain_open = timed;
   st.chain_time_ns = time;
   st.chain_host_ns = mark.host_ns;
   st.chain_from_begin = mark.begin;
   return result;
-}
-
-// A begin event's time minus its launch's host time: the ring of the last kBeginOffsets, and
-// their median (a begin delayed by the driver now and then moves it little).
-void BusyTracker::NoteBeginOffsetLocked(int64_t offset_ns, int64_t host_ns) {
-  begin_offsets_[begin_offset_next_] = offset_ns;
-  begin_offset_next_ = (begin_offset_next_ + 1) % kBeginOffsets;
-  begin_offset_count_ = std::min(begin_offset_count_ + 1, kBeginOffsets);
-  int64_t sorted[kBeginOffsets];
-  std::copy(begin_offsets_, begin_offsets_ + begin_offset_count_, sorted);
-  std::nth_element(sorted, sorted + begin_offset_count_ / 2, sorted + begin_offset_count_);
-  begin_offset_ns_ = sorted[begin_offset_count_ / 2];
-  begin_offset_host_ns_ = std::max(begin_offset_host_ns_, host_ns);
-}
-
-// Whether this launch's interval starts at a host begin: a tail starts here on a stream marked
-// after every launch, the offset is known and fresh, and a begin event was recorded lately (else
-// this launch takes the query-and-begin path, which samples the offset when the stream is idle).
-bool BusyTracker::HostBeginLocked(const StreamState& st, int64_t now) const {
-  return options_.host_begin_sample_ns > 0 && st.tail_launches == 0 && st.mark_interval == 1 &&
-         !st.host_begin_found_busy && begin_offset_count_ >= options_.host_begin_min_samples &&
-         now - begin_offset_host_ns_ <= options_.host_begin_max_age_ns &&
-         now - last_begin_event_ns_ < options_.host_begin_sample_ns;
 }
 
 // --- Processes of one container: the BusyRing ----------------------------------------------
@@ -693,38 +616,14 @@ void BusyTracker::DropPendingLocked(StreamState& st, PollResult* result) {
   st.pending_known_done = 0;  // a broken event: ask about the next ones
 }
 
-// A stream marked launch by launch (a launcher slower than its kernels, host begins: no idle
-// check sees its marks complete) has several complete by the time a poll comes: one query about
-// the newest event that should be complete by now (twice its due time: what was ahead of it has
-// drained at the rate the queue drains) settles it and all before it (a stream completes its
-// events in order). Where none is that old (a deep queue), nothing is asked here: the oldest is
-// asked about as before.
-void BusyTracker::SeeNewestDoneLocked(StreamState& st, int64_t now) {
-  const int known = st.pending_known_done;
-  for (int i = static_cast<int>(st.pending.size()) - 1; i > known; --i) {
-    const PendingMark& mark = st.pending[i];
-    if (mark.host_begin) continue;
-    const double due_wait_ns = static_cast<double>(mark.due_ns - mark.host_ns);
-    const double wait_ns = options_.poll_delay_fraction > 0 ? due_wait_ns / options_.poll_delay_fraction : 0;
-    if (static_cast<double>(now - mark.host_ns) < wait_ns) continue;
-    ++stats_.queries;
-    ++stats_.poll_queries;
-    if (ops_->Query(mark.event) == EventState::kReady) st.pending_known_done = i + 1;
-    return;
-  }
-}
-
 // A stream's marks in order, as far as they are complete. The oldest is asked about only once it
 // may be complete (its due time), or when a launch waits for the stream's queue.
 PollResult BusyTracker::DrainStreamLocked(StreamState& st, int64_t now) {
   PollResult result;
-  SeeNewestDoneLocked(st, now);
   while (!st.pending.empty()) {
     EventState state = EventState::kReady;
     if (st.pending_known_done > 0) {
       --st.pending_known_done;  // seen done through a later event: no query
-    } else if (st.pending.front().host_begin) {
-      // not an event: done
     } else if (now < st.pending.front().due_ns && InflightLimitLocked(st, now) == QueueLimit::kNone) {
       break;  // cannot be done yet
     } else {

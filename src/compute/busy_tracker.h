@@ -17,17 +17,6 @@
 //     (checked at tail lengths 1, 2, 4, ...). Flush() closes every tail; the limiter calls it
 //     before a throttle sleep and the hooks before a context synchronisation, which are exactly
 //     when every stream runs dry (before a wait for one stream or an event: FlushBeforeWait).
-//   - Host begins. A stream marked after every launch (K = 1) that often runs dry (a launcher
-//     slower than its kernels) would pay a query, a begin and a mark per launch. Instead, at
-//     most every host_begin_sample_ns such a launch takes the path above (a query, a begin
-//     event when idle); the others skip the query and the begin: the interval starts at the
-//     later of the previous mark's time and the host's clock right before the launch call
-//     (LaunchTicket::launch_ns) put on the event clock by the median, over the last
-//     kBeginOffsets begin events, of their time minus their launch's launch_ns. Where the stream
-//     was busy that is the previous mark (a chain); where it was idle, where a begin event
-//     would have been. Such a tail says nothing about depth: once one is processed as a chain
-//     (the stream was busy), the stream's next tail takes the query-and-begin path, whose depth
-//     test lets K grow.
 //   - Concurrency. Busy time is the union over the process's streams on the device, not the sum:
 //     mark timestamps are put on one time base (ElapsedMs against an anchor event, re-based every
 //     rebase_after_ns so float ms keep sub-microsecond precision) and merged in an IntervalUnion.
@@ -79,10 +68,9 @@
 // held by a thread that does not exist in the child; its events belong to the parent's
 // context): abandon it and build a new one.
 //
-// Cost per launch (H200, driver 580: cuEventRecord 1.1-1.7 us, cuEventQuery 0.35 us pending and
-// 1.3-1.5 us complete, a launch 3.6-4.3 us): the mutex and a hash lookup; one query when the
-// stream's tail is empty (not at a host begin); one Record per K launches plus a begin per idle
-// start (not at a host begin); a Poll at most every poll_period_ns.
+// Cost per launch (H200, driver 580: cuEventRecord 1.1-1.5 us, cuEventQuery 0.22 us, a launch
+// 4.3 us): the mutex and a hash lookup; one query when the stream's tail is empty; one Record
+// per K launches plus a begin per idle start; a Poll at most every poll_period_ns.
 #pragma once
 
 #include <cstdint>
@@ -142,13 +130,6 @@ struct BusyTrackerOptions {
   // H200 (driver 580), [begin, mark] around one launch on an idle stream exceeded NVML's
   // GPU-Util busy time by 0.5-1.4 us, 0.8 on average (docs/compute.md). At most half the interval.
   int64_t begin_skew_ns = 1'000;
-  // Host begins (above): a launch that could take one takes the query-and-begin path instead
-  // when no begin event was recorded for this long (the offset's samples), when fewer than
-  // host_begin_min_samples offsets were measured, or when the newest is older than
-  // host_begin_max_age_ns (the GPU's clock may drift from the host's). 0 = no host begins.
-  int64_t host_begin_sample_ns = 2'000'000;
-  int host_begin_min_samples = 4;
-  int64_t host_begin_max_age_ns = 20'000'000;
   // A stream is uniform (see above) when its deep intervals' decaying maximum cost per launch is
   // within this ratio of their average, over at least this many deep intervals.
   // Only deep intervals of at most uniform_max_launches launches are samples (single launches'
@@ -169,14 +150,8 @@ struct BusyTrackerOptions {
 
 // Returned by BeforeLaunch, passed back to AfterLaunch.
 struct LaunchTicket {
-  enum Begin : uint8_t { kNoBegin, kEventBegin, kHostBegin };
   int32_t slot = -1;          // stream slot, -1 = untracked
   uint32_t generation = 0;    // slot generation (a retired slot is never confused with its reuse)
-  Begin begin = kNoBegin;     // how the launch's interval starts, when it starts one
-  EventId begin_event = 0;    // kEventBegin: the begin event recorded before the launch
-  // Host time right before the launch call: BeforeLaunch sets its `now`; a caller with work
-  // between it and the call (ComputeLimiter::WaitForAdmission) refreshes it when `begin` is set.
-  int64_t launch_ns = 0;
 };
 
 // Busy time that completed marks revealed.
@@ -192,7 +167,6 @@ struct TrackerStats {
   int64_t launches = 0;
   int64_t marks = 0;           // marks recorded (including begins)
   int64_t begins = 0;          // of which begins (idle stream detected)
-  int64_t host_begins = 0;     // intervals started at a host begin (no event, no query)
   int64_t queries = 0;
   int64_t poll_queries = 0;    // of which by polls (the others: around launches and marks)
   int64_t event_errors = 0;
@@ -291,8 +265,6 @@ class BusyTracker {
     int64_t horizon;           // union horizon when it was recorded (pruning bound)
     int64_t due_ns;            // polls do not ask about it before, unless a launch waits for the
                                // stream's queue (poll_delay_fraction)
-    bool host_begin = false;   // a host begin: no event, done by definition
-    int64_t launch_ns = 0;     // begins: the launch's LaunchTicket::launch_ns (0 = not known)
   };
   // The longest launch span and the streams that had measured launches, per span window: the
   // current window and the one before.
@@ -325,9 +297,6 @@ class BusyTracker {
     double drain_span_ns = 0;
     double drain_launches = 0;
     bool gap_unmarked = false;       // idle, but the begin could not be recorded
-    bool tail_from_host_begin = false;  // the open tail starts at a host begin (no depth test)
-    bool host_begin_found_busy = false; // a host begin turned out to continue a chain: the next
-                                        // tail takes the query-and-begin path (K may grow)
     bool chain_open = false;         // chain_time_ns starts the next interval
     bool chain_from_begin = false;   // ... and it is a begin event (subtract begin_skew_ns)
     int64_t chain_time_ns = 0;
@@ -353,7 +322,6 @@ class BusyTracker {
   bool AcquireEventLocked(EventId* event);
   void ReleaseEventLocked(EventId event);
   bool AbsoluteTimeLocked(EventId event, int64_t* time);
-  void SeeNewestDoneLocked(StreamState& st, int64_t now);
   PollResult DrainStreamLocked(StreamState& st, int64_t now);
   PollResult ProcessMarkLocked(StreamState& st, const PendingMark& mark);
   // busy_ns: what the interval added to the union; span_ns: its own length (>= 0).
@@ -372,8 +340,6 @@ class BusyTracker {
   double EstimateLocked(const StreamState& st) const;
   bool UniformCostLocked(const StreamState& st) const;
   EventState QueryLastEventLocked(StreamState& st);
-  bool HostBeginLocked(const StreamState& st, int64_t now) const;
-  void NoteBeginOffsetLocked(int64_t offset_ns, int64_t host_ns);
 
   GpuEventOps* const ops_;
   const BusyTrackerOptions options_;
@@ -411,15 +377,6 @@ class BusyTracker {
   int64_t offset_high_ns_ = 0;
   int64_t offset_noted_ns_ = 0;
   bool has_offset_ = false;
-  // Host begins: the last kBeginOffsets begin events' time minus their launch_ns (a ring), their
-  // median, when the newest was recorded, and when a begin event was last recorded; guarded by mu_.
-  static constexpr int kBeginOffsets = 16;
-  int64_t begin_offsets_[kBeginOffsets] = {};
-  int begin_offset_count_ = 0;
-  int begin_offset_next_ = 0;
-  int64_t begin_offset_ns_ = 0;
-  int64_t begin_offset_host_ns_ = 0;
-  int64_t last_begin_event_ns_ = 0;
 };
 
 }  // namespace vgpu::compute

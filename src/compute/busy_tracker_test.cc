@@ -791,14 +791,11 @@ TEST(BusyTrackerTest, RingSlotsBeingWrittenOrOverwrittenAreHandled) {
   EXPECT_EQ(rig.tracker.stats().shared_read, kBusyRingSlots + 2);
 }
 
-// A stream that runs dry before every launch gets a begin and a mark per launch (without host
-// begins, below); the idle check before the next launch finds the last of them complete, so the
-// poll does not ask about either again (a stream completes its events in order): about one query
-// per launch, not three.
+// A stream that runs dry before every launch gets a begin and a mark per launch; the idle check
+// before the next launch finds the last of them complete, so the poll does not ask about either
+// again (a stream completes its events in order): about one query per launch, not three.
 TEST(BusyTrackerTest, EventsSeenDoneThroughALaterOneAreNotQueriedAgain) {
-  BusyTrackerOptions options = ExactOptions();
-  options.host_begin_sample_ns = 0;
-  Rig rig(options);
+  Rig rig;
   for (int i = 0; i < 200; ++i) {
     ASSERT_TRUE(rig.Launch(rig.s0, 10 * kUs));
     rig.Advance(50 * kUs);
@@ -812,56 +809,6 @@ TEST(BusyTrackerTest, EventsSeenDoneThroughALaterOneAreNotQueriedAgain) {
   // The idle checks (199) and, at each poll, the last launch's begin or mark; without it every
   // event was queried once more by the poll: 599.
   EXPECT_LE(s.queries, 250);
-}
-
-// The same launcher with host begins: after a few begin events (the offset's samples, then one
-// every host_begin_sample_ns), its launches start their intervals at the host's time of the
-// launch, with no query and no begin event, and the busy time is still exact; a poll asks about
-// the newest mark that should be complete, not about each.
-TEST(BusyTrackerTest, HostBeginsMeasureALauncherSlowerThanItsKernelsWithAMarkPerLaunch) {
-  Rig rig;
-  for (int i = 0; i < 200; ++i) {
-    ASSERT_TRUE(rig.Launch(rig.s0, 10 * kUs));
-    rig.Advance(50 * kUs);
-    if (i % 5 == 4) rig.Measured();  // a poll every 250 us
-  }
-  rig.Advance(1 * kMs);
-  EXPECT_EQ(rig.Measured(), 200 * 10 * kUs);
-  EXPECT_EQ(rig.Measured(), rig.Truth());
-  const TrackerStats s = rig.tracker.stats();
-  EXPECT_EQ(s.begins + s.host_begins, 200);
-  // Four samples, then one per 2 ms of the 10 ms run.
-  EXPECT_LE(s.begins, 4 + 6);
-  EXPECT_EQ(s.marks, 200 + s.begins);
-  // The sampled launches' idle checks and one query per poll (40 of them): 599 without the
-  // newest-first query and with begin events everywhere, ~200 with begin events (above).
-  EXPECT_LE(s.queries, 60);
-}
-
-// A stream that turns deep (launches queued faster than they run) after host begins leaves them:
-// a host begin that turned out to continue a chain sends the next tail through the depth test,
-// and the mark interval grows.
-TEST(BusyTrackerTest, AStreamThatTurnsDeepLeavesHostBeginsAndItsMarksGrowSparse) {
-  Rig rig;
-  for (int i = 0; i < 20; ++i) {  // idle starts: begin events, then host begins
-    ASSERT_TRUE(rig.Launch(rig.s0, 10 * kUs));
-    rig.Advance(50 * kUs);
-    rig.Measured();
-  }
-  ASSERT_GT(rig.tracker.stats().host_begins, 0);
-  const TrackerStats before = rig.tracker.stats();
-  for (int i = 0; i < 400; ++i) {  // 100 us kernels every 20 us: the queue never runs dry
-    ASSERT_TRUE(rig.Launch(rig.s0, 100 * kUs));
-    rig.Advance(20 * kUs);
-    if (i % 12 == 11) rig.Measured();
-  }
-  rig.tracker.Flush(rig.now);  // the last tail
-  rig.Advance(50 * kMs);
-  rig.Measured();
-  EXPECT_EQ(rig.Measured(), rig.Truth());
-  const TrackerStats s = rig.tracker.stats();
-  EXPECT_LT(s.marks - before.marks, 400 / 4);  // K grew
-  EXPECT_LT(s.host_begins - before.host_begins, 20);
 }
 
 }  // namespace

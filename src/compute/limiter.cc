@@ -51,12 +51,7 @@ LaunchTicket ComputeLimiter::WaitForAdmission(StreamKey stream, Clock* clock, Sl
   LaunchTicket ticket;
   for (;;) {
     int64_t wait = BeforeLaunch(stream, clock->NowNs(), &ticket);
-    if (wait <= 0) {
-      // The launch's interval starts here: its host time is read after the bookkeeping (a query
-      // and a begin event may have taken microseconds), right before the caller's launch call.
-      if (ticket.begin != LaunchTicket::kNoBegin) ticket.launch_ns = clock->NowNs();
-      return ticket;
-    }
+    if (wait <= 0) return ticket;
     sleeper->SleepNs(wait);
   }
 }

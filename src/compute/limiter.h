@@ -9,8 +9,7 @@
 //   limiter.AfterLaunch(ticket, r == CUDA_SUCCESS, clock->NowNs());
 //
 // or, non-blocking (what the simulation does): call BeforeLaunch until it returns 0, sleeping
-// what it returns in between, and set the ticket's launch_ns to the host time right before the
-// launch call where that differs from BeforeLaunch's `now` (BusyTracker's host begins). Also:
+// what it returns in between. Also:
 //   BeforeSynchronize  before cuCtxSynchronize (every queue runs dry there; marks placed now
 //                      keep the coming idle time out of the measurement).
 //   BeforeWait         before cuStreamSynchronize (the stream) or cuEventSynchronize (no stream:

@@ -34,8 +34,7 @@ class FakeTime final : public Clock, public Sleeper {
 };
 
 struct Rig {
-  explicit Rig(const BusyTrackerOptions& tracker_options = BusyTrackerOptions())
-      : ops(&gpu, gpu.AddContext(), sim::SimOpCosts{0, 0, 0}), tracker(&ops, tracker_options) {}
+  Rig() : ops(&gpu, gpu.AddContext(), sim::SimOpCosts{0, 0, 0}) {}
   sim::SimGpu gpu;
   sim::SimEventOps ops;
   ComputeShareState state{};
@@ -46,7 +45,7 @@ struct Rig {
     return options;
   }
   Controller controller{&state, nullptr, nullptr, Bursts(), ComputeLimits::FromPercent(25, 0, 1)};
-  BusyTracker tracker;
+  BusyTracker tracker{&ops, BusyTrackerOptions()};
   ComputeLimiter limiter{&controller, &tracker};
   FakeTime time{&gpu};
   // The GPU's clock starts at 0; the host clock at kStart.
@@ -105,11 +104,7 @@ TEST(ComputeLimiterTest, LaunchesAreChargedAndCorrectedByWhatRan) {
 }
 
 TEST(ComputeLimiterTest, SleepingClosesTheStreamsTails) {
-  // Without host begins: after the idle launches below, the back-to-back ones would start at
-  // host begins, whose tails keep K = 1 (no tail left open); this test follows an open tail.
-  BusyTrackerOptions no_host_begins;
-  no_host_begins.host_begin_sample_ns = 0;
-  Rig rig(no_host_begins);
+  Rig rig;
   int stream = rig.gpu.AddStream(0);
   for (int i = 0; i < 4; ++i) {  // learn the cost, open the window
     rig.Launch(stream, 100 * kUs);

@@ -163,7 +163,6 @@ void Simulation::StepLaunch(Thread& th, int64_t t) {
                          : th.next_kernel++ % w.kernels_ns.size();
     return w.kernels_ns[i];
   };
-  ticket.launch_ns = cursor;  // the host time of the launch call, after the hook's bookkeeping
   if (w.graph_kernels > 0) {
     std::vector<int64_t> kernels;
     for (int i = 0; i < w.graph_kernels; ++i) kernels.push_back(pick());

@@ -452,14 +452,13 @@ __attribute__((destructor)) void LogSummaries() {
     VGPU_LOG_UNLIMITED(LogLevel::kDebug,
                        "compute device %d: mode %u, target %d ppm, measured %d ppm, correction %d ppm, busy %.1f ms, "
                        "throttled %.1f ms, NVML share %.3f, others busy %.3f; %lld launches, %lld marks "
-                       "(%lld begins), %lld host begins, %lld queries (%lld by polls), %lld event errors; %lld queue waits (%.1f ms; "
+                       "(%lld begins), %lld queries (%lld by polls), %lld event errors; %lld queue waits (%.1f ms; "
                        "window %lld, work %lld, age %lld); "
                        "%lld intervals of other processes read (%lld skipped); period %.1f ms",
                        d, static_cast<unsigned>(c.mode), c.target_ppm, c.measured_ppm, c.correction_ppm,
                        c.busy_total_ns / 1e6, c.throttled_total_ns / 1e6, dl->signals.container_share(),
                        dl->signals.OthersBusy(now), static_cast<long long>(t.launches), static_cast<long long>(t.marks),
-                       static_cast<long long>(t.begins), static_cast<long long>(t.host_begins),
-                       static_cast<long long>(t.queries),
+                       static_cast<long long>(t.begins), static_cast<long long>(t.queries),
                        static_cast<long long>(t.poll_queries), static_cast<long long>(t.event_errors),
                        static_cast<long long>(t.queue_waits), t.queue_wait_ns / 1e6,
                        static_cast<long long>(t.queue_waits_window), static_cast<long long>(t.queue_waits_work),
