@@ -123,15 +123,14 @@ def git_describe(root=ROOT):
 
 def summary_of(stderr):
     """The limiter's summary at exit (LIBCUDA_LOG_LEVEL=4), device 0's last line: what it says of
-    launches, marks, host begins, event queries, queue waits, its measured share, busy time and
-    period."""
+    launches, marks, event queries, queue waits, its measured share, busy time and period."""
     lines = [l for l in stderr.splitlines() if "compute device 0:" in l]
     if not lines:
         return {}
     line = lines[-1]
     out = {}
     for key, pattern in (("launches", r"(\d+) launches"), ("marks", r"(\d+) marks"),
-                         ("host_begins", r"(\d+) host begins"), ("queries", r"(\d+) queries"),
+                         ("queries", r"(\d+) queries"),
                          ("queue_waits", r"(\d+) queue waits"), ("measured_ppm", r"measured (\d+) ppm"),
                          ("busy_ms", r"busy ([\d.]+) ms"), ("period_ms", r"period ([\d.]+) ms")):
         m = re.search(pattern, line)
