@@ -17,15 +17,15 @@ steps-20us-2ms at 30, 60, 90.
 
 Each round runs every row natively, then at each limit with the old and the new library (which
 one goes first alternates by round and limit), each limited run with a fresh ledger and
-LIBCUDA_LOG_LEVEL=4: the limiter's summary at exit gives its marks and event queries per launch, queue waits,
-measured share and period. --warmup / --seconds replace every row's window (serving's too).
+LIBCUDA_LOG_LEVEL=4: the limiter's summary at exit gives its marks and event queries per launch,
+queue waits, measured share and period. --warmup / --seconds replace every row's window (serving's too).
 --serving L adds bench/serving/serve.py (bench/compute_matrix.py's
 serving arguments, pinned as there) at the limits L, old and new, with a native run per round;
 its tokens/s and the limiter's busy time over the process's life.
 
 Output: DIR/compute-ab.md (per row and limit: the native rates, old and new as a share of the
-round's native rate, and their marks and event queries per launch) and DIR/compute-ab.json, the table printed too;
-every command and its output in DIR/compute-ab.log. Exit status 1 when a run failed.
+round's native rate, and their marks and event queries per launch) and DIR/compute-ab.json, the
+table printed too; every command and its output in DIR/compute-ab.log. Exit status 1 when a run failed.
 
 An old library beside the working tree's, on a GPU machine whose git metadata may lag (archive
 the commit where it exists, carry the folder, build both in one call):

@@ -359,14 +359,19 @@ class UtilSampler:
         if not self.source:
             return None
         if self._raw_thread:
-            if wait:  # a sample past t1 arrives up to a sample period and a read later
-                _wait_until(lambda: self.raw and self.raw[-1][0] >= t1)
+            if wait:
+                self.wait_for_raw(t1)
             value = interval_mean(list(self.raw), t0, t1)
             if value is not None:
                 return value
         if wait and self._proc:  # nvidia-smi output may lag
             _wait_until(lambda: any(t > t1 for t, _ in self.samples[-50:]))
         return self.polled_mean(t0, t1)
+
+    def wait_for_raw(self, t1):
+        """Waits (at most 2 s) for the driver's first sample past t1: it arrives up to a sample
+        period and a read later."""
+        _wait_until(lambda: self.raw and self.raw[-1][0] >= t1)
 
     def polled_mean(self, t0, t1):
         """The mean of the polled (or nvidia-smi) readings taken in [t0, t1]; None without any."""

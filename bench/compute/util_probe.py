@@ -17,8 +17,8 @@ the concurrency matrix's arguments (requests of fixed lengths; ~10 s of set-up p
 and compares them with the busy time the limiter measured (the union of the trace's B intervals)
 and the time its launching threads were told to sleep (the trace's S records; threads may sleep
 at once, so it can exceed 100) over the whole window, and the busy time and GPU-Util over
-consecutive 1.3 s windows (the matrix's GPU-Util window), so the spread of each measure shows. Prints a table per case; --out keeps the traces and a JSON.
-Reads NVML through bench/compute_common.py's UtilSampler; never changes any GPU setting."""
+consecutive 1.3 s windows (the matrix's GPU-Util window), so the spread of each measure shows.
+Prints a table per case; --out keeps the traces and a JSON. Reads NVML through bench/compute_common.py's UtilSampler; never changes any GPU setting."""
 import argparse
 import json
 import os
@@ -28,7 +28,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
@@ -85,8 +84,8 @@ def run(case, args, sampler, tmp, limit, round_index=0):
     if r.returncode != 0:
         sys.exit(f"util_probe: {' '.join(cmd)} exited {r.returncode}:\n{r.stderr[-2000:]}")
     res = json.loads(r.stdout.strip().splitlines()[-1])
-    time.sleep(1.5)  # the driver's samples of the window's end arrive late
     t0, t1 = res["t_start"] + SETTLE_S, res["t_end"]
+    sampler.wait_for_raw(t1)  # the driver's samples of the window's end arrive late
     out = {"rate": res["tokens_per_s"] if CASES[case] is None else res["rate"],
            "raw": raw_mean(sampler, t0, t1), "polled": sampler.polled_mean(t0, t1), "subs": []}
     timeline = None
