@@ -1,0 +1,223 @@
+// What the compute limiter's timing events cost and measure on a real GPU, without the library:
+// the host time of each driver call on the limited launch path of a stream that runs dry between
+// launches, the GPU time an event takes between two queued kernels, and what a begin/mark pair
+// around one launch reads against the launch's own device time.
+//
+//   event_cost [--iterations N]
+//
+// Parts (each printed as "part | case | value"):
+//   host      one stream, a WorkKernel of ~8 us per iteration and 20 us of host spin after it (the
+//             stream is idle at every launch, as a launcher slower than its kernels leaves it):
+//             per call, the first cuEventQuery of the previous iteration's mark (complete by then),
+//             cuEventRecord of a begin on the idle stream, the launch, cuEventRecord of the mark
+//             right after it; then cuEventQuery of an event still pending (behind a long kernel).
+//             Each mode records only some of the calls, so that the loop's time per iteration
+//             shows what they add together.
+//   gpu       400 kernels of 5 us and of 20 us queued behind a blocker kernel, with and without an
+//             event recorded after each: the device time per kernel from events around the run
+//             (so the host's pace does not matter), and the difference per event.
+//   bracket   a begin and a mark around one launch, on an idle stream and behind a 1 ms kernel,
+//             for kernels of 20 us and 2 ms: their elapsed time against the kernel's device time
+//             in a queued run (the part above).
+//   order     an event recorded behind a 2 ms kernel: its time after an event recorded before the
+//             kernel (the kernel's length when the event waits for it).
+// Every CUDA return code is checked (exit 2). Clocks are never changed.
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "spin_common.cuh"
+
+namespace {
+
+#define CHECK_CU(call) CheckDriver((call), #call, __LINE__)
+
+void CheckDriver(CUresult r, const char* call, int line) {
+  if (r == CUDA_SUCCESS || r == CUDA_ERROR_NOT_READY) return;
+  const char* name = nullptr;
+  cuGetErrorName(r, &name);
+  fprintf(stderr, "event_cost: %s failed at line %d: %s\n", call, line, name != nullptr ? name : "?");
+  exit(2);
+}
+
+void SpinHost(double seconds) {
+  const double until = Monotonic() + seconds;
+  while (Monotonic() < until) {
+  }
+}
+
+double g_iterations_per_us = 0;  // WorkKernel's rate (IterationsPerUs)
+
+// A WorkKernel of `us` on the stream, one block per SM.
+void Work(const Gpu& g, double us) {
+  WorkKernel<<<g.grid, g.block, 0, g.stream>>>(static_cast<long long>(g_iterations_per_us * us), 0, g.sink, nullptr);
+  CHECK(cudaGetLastError());
+}
+
+// --- host: the driver calls of the dry-stream path, call by call ------------------------------
+void HostPart(const Gpu& g, int n) {
+  CUstream s = reinterpret_cast<CUstream>(g.stream);
+  std::vector<CUevent> events(256);
+  for (CUevent& e : events) CHECK_CU(cuEventCreate(&e, CU_EVENT_DEFAULT));
+  struct Mode {
+    const char* name;
+    bool query, begin, mark;
+  };
+  double baseline = 0;
+  for (const Mode& m : {Mode{"launch only", false, false, false}, Mode{"query + begin + mark", true, true, true},
+                        Mode{"query + mark", true, false, true}, Mode{"begin only", false, true, false}}) {
+    double query_s = 0, begin_s = 0, launch_s = 0, mark_s = 0;
+    int previous = -1;
+    CHECK(cudaStreamSynchronize(g.stream));
+    const double start = Monotonic();
+    for (int i = 0; i < n; ++i) {
+      const double a = Monotonic();
+      if (m.query && previous >= 0) CHECK_CU(cuEventQuery(events[previous]));
+      const double b = Monotonic();
+      if (m.begin) CHECK_CU(cuEventRecord(events[(2 * i) % 256], s));
+      const double c = Monotonic();
+      Work(g, 8);
+      const double d = Monotonic();
+      if (m.mark) {
+        previous = (2 * i + 1) % 256;
+        CHECK_CU(cuEventRecord(events[previous], s));
+      }
+      const double e = Monotonic();
+      query_s += b - a;
+      begin_s += c - b;
+      launch_s += d - c;
+      mark_s += e - d;
+      SpinHost(20e-6);
+    }
+    const double loop_us = (Monotonic() - start) / n * 1e6;
+    CHECK(cudaStreamSynchronize(g.stream));
+    if (baseline == 0) baseline = loop_us;
+    printf("host | %s | query %.2f us, begin %.2f us, launch %.2f us, mark %.2f us; loop %.2f us per iteration (+%.2f)\n",
+           m.name, query_s / n * 1e6, begin_s / n * 1e6, launch_s / n * 1e6, mark_s / n * 1e6, loop_us,
+           loop_us - baseline);
+  }
+  // A query of an event that is still pending (behind a kernel of 50 ms).
+  Work(g, 50'000);
+  CHECK_CU(cuEventRecord(events[0], s));
+  const int q = 2000;
+  const double t0 = Monotonic();
+  for (int i = 0; i < q; ++i) CHECK_CU(cuEventQuery(events[0]));
+  printf("host | query of a pending event | %.2f us\n", (Monotonic() - t0) / q * 1e6);
+  CHECK(cudaStreamSynchronize(g.stream));
+  for (CUevent e : events) CHECK_CU(cuEventDestroy(e));
+}
+
+// Device time per kernel of `us`, `n` of them queued behind a blocker, an event after each or not.
+double QueuedKernelUs(const Gpu& g, double us, int n, bool event_after_each) {
+  cudaEvent_t before, after;
+  std::vector<cudaEvent_t> marks(event_after_each ? 64 : 0);
+  CHECK(cudaEventCreate(&before));
+  CHECK(cudaEventCreate(&after));
+  for (cudaEvent_t& e : marks) CHECK(cudaEventCreate(&e));
+  Work(g, 5'000 + n * us);  // the blocker: every launch below is queued before it ends
+  CHECK(cudaEventRecord(before, g.stream));
+  for (int i = 0; i < n; ++i) {
+    Work(g, us);
+    if (event_after_each) CHECK(cudaEventRecord(marks[i % 64], g.stream));
+  }
+  CHECK(cudaEventRecord(after, g.stream));
+  CHECK(cudaStreamSynchronize(g.stream));
+  const double per_kernel = Elapsed(before, after) * 1e3 / n;
+  CHECK(cudaEventDestroy(before));
+  CHECK(cudaEventDestroy(after));
+  for (cudaEvent_t e : marks) CHECK(cudaEventDestroy(e));
+  return per_kernel;
+}
+
+// --- gpu: an event between two queued kernels -------------------------------------------------
+void GpuPart(const Gpu& g) {
+  for (double us : {5.0, 20.0}) {
+    const double plain = QueuedKernelUs(g, us, 400, false);  // 800 commands: within the launch queue
+    const double marked = QueuedKernelUs(g, us, 400, true);
+    printf("gpu | kernels of %.0f us queued | %.2f us per kernel, %.2f with an event after each: %.2f us per event\n",
+           us, plain, marked, marked - plain);
+  }
+}
+
+// --- bracket: a begin and a mark around one launch --------------------------------------------
+void BracketPart(const Gpu& g) {
+  cudaEvent_t begin, mark;
+  CHECK(cudaEventCreate(&begin));
+  CHECK(cudaEventCreate(&mark));
+  for (double us : {20.0, 2'000.0}) {
+    const double queued = QueuedKernelUs(g, us, us > 100 ? 20 : 500, false);
+    for (bool busy : {false, true}) {
+      const int n = us > 100 ? 20 : 200;
+      double sum = 0;
+      for (int i = 0; i < n; ++i) {
+        if (busy) Work(g, 1'000);
+        CHECK(cudaEventRecord(begin, g.stream));
+        Work(g, us);
+        CHECK(cudaEventRecord(mark, g.stream));
+        CHECK(cudaStreamSynchronize(g.stream));
+        sum += Elapsed(begin, mark) * 1e3;
+        SpinHost(50e-6);
+      }
+      printf("bracket | kernel of %.0f us, stream %s | [begin, mark] %.2f us against %.2f us queued: %+.2f us\n", us,
+             busy ? "behind a 1 ms kernel" : "idle", sum / n, queued, sum / n - queued);
+    }
+  }
+  CHECK(cudaEventDestroy(begin));
+  CHECK(cudaEventDestroy(mark));
+}
+
+// --- order: does an event recorded behind a kernel take its time after the kernel? ------------
+void OrderPart(const Gpu& g) {
+  cudaEvent_t before, behind;
+  CHECK(cudaEventCreate(&before));
+  CHECK(cudaEventCreate(&behind));
+  const double kernel_us = QueuedKernelUs(g, 2'000, 10, false);
+  double sum = 0;
+  const int n = 10;
+  for (int i = 0; i < n; ++i) {
+    CHECK(cudaEventRecord(before, g.stream));
+    Work(g, 2'000);
+    CHECK(cudaEventRecord(behind, g.stream));
+    CHECK(cudaStreamSynchronize(g.stream));
+    sum += Elapsed(before, behind) * 1e3;
+  }
+  printf("order | event behind a kernel of %.0f us | %.2f us after the event before it\n", kernel_us, sum / n);
+  CHECK(cudaEventDestroy(before));
+  CHECK(cudaEventDestroy(behind));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int iterations = 20'000;
+  for (int i = 1; i < argc; ++i) {
+    if (strcmp(argv[i], "--iterations") == 0 && i + 1 < argc) {
+      iterations = atoi(argv[++i]);
+    } else {
+      fprintf(stderr, "usage: event_cost [--iterations N]\n");
+      return 2;
+    }
+  }
+  if (iterations < 100) {
+    fprintf(stderr, "event_cost: --iterations %d: at least 100\n", iterations);
+    return 2;
+  }
+  Gpu g;
+  Setup(g);
+  cudaDeviceProp prop;
+  CHECK(cudaGetDeviceProperties(&prop, 0));
+  g_iterations_per_us = IterationsPerUs(g);
+  printf("event_cost: %s, %d SMs, WorkKernel %.1f iterations per us\n", prop.name, g.grid, g_iterations_per_us);
+  HostPart(g, iterations);
+  GpuPart(g);
+  BracketPart(g);
+  OrderPart(g);
+  CHECK(cudaFree(g.sink));
+  CHECK(cudaStreamDestroy(g.stream));
+  return 0;
+}
