@@ -3,8 +3,9 @@
 // operations that cost nothing, so the wall time measured is the limiter's code alone (locks,
 // lookups, arithmetic, the busy union and ring), not the driver calls it makes. The driver's
 // share is counted instead: marks and queries per launch, to be priced with the per-call costs
-// measured on a GPU (docs/benchmarks.md, 2026-11-25: cuEventRecord ~1.4 us, cuEventQuery
-// ~0.15-0.19 us).
+// measured on a GPU (bench/compute/event_cost.cu; on an H200, 2026-11-27: cuEventRecord
+// 1.0-1.2 us, cuEventQuery 0.11 us while pending and 1.5 us the first time it finds the event
+// complete).
 //
 //   limiter_cost [--launches N]
 //

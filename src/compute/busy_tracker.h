@@ -68,9 +68,11 @@
 // held by a thread that does not exist in the child; its events belong to the parent's
 // context): abandon it and build a new one.
 //
-// Cost per launch (H200, driver 580: cuEventRecord 1.1-1.5 us, cuEventQuery 0.22 us, a launch
-// 4.3 us): the mutex and a hash lookup; one query when the stream's tail is empty; one Record
-// per K launches plus a begin per idle start; a Poll at most every poll_period_ns.
+// Cost per launch (H200, driver 580, bench/compute/event_cost.cu: cuEventRecord 1.0-1.2 us,
+// cuEventQuery 0.11 us while pending and 1.5 us the first time it finds the event complete, a
+// launch 3.7-5 us; an event between two queued kernels also takes ~2 us of GPU time): the mutex
+// and a hash lookup; one query when the stream's tail is empty; one Record per K launches plus a
+// begin per idle start; a Poll at most every poll_period_ns.
 #pragma once
 
 #include <cstdint>

@@ -74,7 +74,7 @@ class Rig {
         ctx_(gpu_.AddContext()),
         s0(gpu_.AddStream(ctx_)),
         s1(gpu_.AddStream(ctx_)),
-        sim_ops_(&gpu_, ctx_, sim::SimOpCosts{0, 0, 0}),
+        sim_ops_(&gpu_, ctx_, sim::SimOpCosts{0, 0, 0, 0}),
         ops(&sim_ops_),
         tracker(&ops, options, ring) {}
 
@@ -657,7 +657,7 @@ struct TwoProcesses {
       const int ctx = gpu->AddContext();
       contexts[p] = ctx;
       streams[p] = gpu->AddStream(ctx);
-      ops[p] = std::make_unique<SimEventOps>(gpu.get(), ctx, sim::SimOpCosts{0, 0, 0});
+      ops[p] = std::make_unique<SimEventOps>(gpu.get(), ctx, sim::SimOpCosts{0, 0, 0, 0});
       trackers[p] = std::make_unique<BusyTracker>(ops[p].get(), ExactOptions(), share ? &ring : nullptr);
     }
   }

@@ -34,7 +34,7 @@ class FakeTime final : public Clock, public Sleeper {
 };
 
 struct Rig {
-  Rig() : ops(&gpu, gpu.AddContext(), sim::SimOpCosts{0, 0, 0}) {}
+  Rig() : ops(&gpu, gpu.AddContext(), sim::SimOpCosts{0, 0, 0, 0}) {}
   sim::SimGpu gpu;
   sim::SimEventOps ops;
   ComputeShareState state{};

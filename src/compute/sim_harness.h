@@ -24,8 +24,8 @@
 
 namespace vgpu::compute::sim {
 
-// Defaults measured on an H200 (driver 580, CUDA 13.0): cuLaunchKernel 4.3 us, cuEventRecord
-// 1.1-1.5 us, cuEventQuery 0.22 us, cuEventElapsedTime 0.1 us.
+// Defaults measured on an H200 (driver 580, CUDA 13.0): cuLaunchKernel 4.3 us; the event calls'
+// costs are SimOpCosts' (sim_model.h).
 struct HostCosts {
   int64_t launch_ns = 4'300;      // the application's launch call
   int64_t hook_ns = 100;          // limiter bookkeeping per launch attempt

@@ -300,12 +300,15 @@ bool SimEventOps::Record(EventId event, StreamKey stream) {
   int64_t at = cursor_ != nullptr ? *cursor_ : gpu_->now();
   Spend(costs_.record_ns);
   ++records_;
+  seen_done_.erase(event);
   return gpu_->RecordEvent(event, static_cast<int>(stream), at);
 }
 
 EventState SimEventOps::Query(EventId event) {
-  Spend(costs_.query_ns);
-  return gpu_->QueryEvent(event);
+  const EventState state = gpu_->QueryEvent(event);
+  const bool first_done = state == EventState::kReady && seen_done_.insert(event).second;
+  Spend(first_done ? costs_.query_done_ns : costs_.query_ns);
+  return state;
 }
 
 bool SimEventOps::ElapsedMs(EventId from, EventId to, float* ms) {
