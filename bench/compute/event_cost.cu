@@ -12,7 +12,10 @@
 //             cuEventRecord of a begin on the idle stream, the launch, cuEventRecord of the mark
 //             right after it; then cuEventQuery of an event still pending (behind a long kernel).
 //             Each mode records only some of the calls, so that the loop's time per iteration
-//             shows what they add together.
+//             shows what they add together. Then the first look at a completed mark by other
+//             calls: cuStreamQuery of the idle stream, or cuEventElapsedTime of a begin and the
+//             mark never queried (and a query of the mark after it); and cuEventElapsedTime to a
+//             mark still pending (NOT_READY, and what that costs).
 //   gpu       400 kernels of 5 us and of 20 us queued behind a blocker kernel, with and without an
 //             event recorded after each: the device time per kernel from events around the run
 //             (so the host's pace does not matter), and the difference per event.
@@ -109,6 +112,47 @@ void HostPart(const Gpu& g, int n) {
   for (int i = 0; i < q; ++i) CHECK_CU(cuEventQuery(events[0]));
   printf("host | query of a pending event | %.2f us\n", (Monotonic() - t0) / q * 1e6);
   CHECK(cudaStreamSynchronize(g.stream));
+  // Other ways to learn that a completed kernel is done, each as the first look after it
+  // completed (the driver's first look at finished work is what costs): cuStreamQuery of the
+  // idle stream; cuEventElapsedTime between a begin and a mark never queried, and after it a
+  // query of the mark; and cuEventElapsedTime while the mark is still pending (NOT_READY).
+  const int m = n / 4;
+  double stream_first_s = 0, elapsed_first_s = 0, query_after_elapsed_s = 0, elapsed_pending_s = 0;
+  int not_ready = 0;
+  for (int i = 0; i < m; ++i) {
+    CHECK_CU(cuEventRecord(events[0], s));
+    Work(g, 8);
+    CHECK_CU(cuEventRecord(events[1], s));
+    SpinHost(40e-6);  // the kernel and the mark are done by now
+    float ms = 0;
+    const double a = Monotonic();
+    if (i % 2 == 0) {
+      CHECK_CU(cuStreamQuery(s));
+    } else {
+      CHECK_CU(cuEventElapsedTime(&ms, events[0], events[1]));
+    }
+    const double b = Monotonic();
+    CHECK_CU(cuEventQuery(events[1]));
+    const double c = Monotonic();
+    if (i % 2 == 0) {
+      stream_first_s += b - a;
+    } else {
+      elapsed_first_s += b - a;
+      query_after_elapsed_s += c - b;
+    }
+    Work(g, 200);  // a mark still pending
+    CHECK_CU(cuEventRecord(events[2], s));
+    const double d = Monotonic();
+    const CUresult pending = cuEventElapsedTime(&ms, events[0], events[2]);
+    elapsed_pending_s += Monotonic() - d;
+    if (pending == CUDA_ERROR_NOT_READY) ++not_ready;
+    CHECK(cudaStreamSynchronize(g.stream));
+  }
+  const int half = m / 2;
+  printf("host | first look at a completed mark | cuStreamQuery %.2f us; cuEventElapsedTime %.2f us, then cuEventQuery "
+         "%.2f us\n", stream_first_s / half * 1e6, elapsed_first_s / half * 1e6, query_after_elapsed_s / half * 1e6);
+  printf("host | cuEventElapsedTime to a pending mark | %.2f us, NOT_READY %d of %d\n", elapsed_pending_s / m * 1e6,
+         not_ready, m);
   for (CUevent e : events) CHECK_CU(cuEventDestroy(e));
 }
 
