@@ -16,6 +16,11 @@
 //              anything else -> kError.
 //   ElapsedMs  cuEventElapsedTime(&ms, from, to): time(to) - time(from) in ms; negative when `to`
 //              completed first (both events complete, same device).
+//   QueryAgainst  cuEventElapsedTime_v2(&ms, reference, e), `reference` complete: CUDA_SUCCESS ->
+//              kReady, CUDA_ERROR_NOT_READY -> kNotReady; otherwise, or without the _v2 entry,
+//              Query(e). cuEventQuery's first look at a completed event processes the stream's
+//              finished work (1.5 us on an H200, against 0.11 us while the event is pending);
+//              cuEventElapsedTime_v2 reads the timestamps only (0.14-0.28 us either way).
 // Every method may be called from any thread that launches on the device (the tracker
 // serialises its own calls with a mutex); the interposer makes the owning context current when
 // needed.
@@ -39,6 +44,12 @@ class GpuEventOps {
   // Enqueues `event` on `stream` behind all work submitted to it so far.
   virtual bool Record(EventId event, StreamKey stream) = 0;
   virtual EventState Query(EventId event) = 0;
+  // Whether `event` is complete, asked against `reference`, an event known complete (cheaper
+  // where the driver allows; see above). The default asks Query.
+  virtual EventState QueryAgainst(EventId reference, EventId event) {
+    (void)reference;
+    return Query(event);
+  }
   // REQUIRES: both events recorded and complete. false on error.
   virtual bool ElapsedMs(EventId from, EventId to, float* ms) = 0;
 };

@@ -311,6 +311,13 @@ EventState SimEventOps::Query(EventId event) {
   return state;
 }
 
+EventState SimEventOps::QueryAgainst(EventId reference, EventId event) {
+  Spend(costs_.elapsed_ns);
+  const EventState done = gpu_->QueryEvent(reference);
+  if (done != EventState::kReady) return EventState::kError;  // the reference must be complete
+  return gpu_->QueryEvent(event);
+}
+
 bool SimEventOps::ElapsedMs(EventId from, EventId to, float* ms) {
   Spend(costs_.elapsed_ns);
   return gpu_->ElapsedMs(from, to, ms);

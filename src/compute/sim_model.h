@@ -158,7 +158,8 @@ class SimGpu {
 // and commands are stamped with the cursor.
 // On an H200 (driver 580, bench/compute/event_cost.cu): cuEventRecord 1.0-1.2 us, cuEventQuery
 // 0.11 us while the event is pending and 1.5 us the first time it finds it complete (later
-// queries of that record cost the pending price), cuEventElapsedTime ~0.1 us.
+// queries of that record cost the pending price), cuEventElapsedTime_v2 0.1-0.3 us whether or not
+// the event is complete (QueryAgainst costs elapsed_ns and is no first look).
 struct SimOpCosts {
   int64_t record_ns = 1'200;
   int64_t query_ns = 120;        // pending, or complete and already seen so
@@ -174,6 +175,7 @@ class SimEventOps final : public GpuEventOps {
   void Destroy(EventId) override {}
   bool Record(EventId event, StreamKey stream) override;
   EventState Query(EventId event) override;
+  EventState QueryAgainst(EventId reference, EventId event) override;
   bool ElapsedMs(EventId from, EventId to, float* ms) override;
   int records() const { return records_; }
 

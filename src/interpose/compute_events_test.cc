@@ -1,6 +1,6 @@
 // RealEventOps::ElapsedMs picks the driver's cuEventElapsedTime_v2 where the driver has it and
-// version 1 otherwise (driver_imports.def says why). g_cuda is this test's own: the entries are
-// fakes that record which version was called.
+// version 1 otherwise (driver_imports.def says why); QueryAgainst asks _v2 and falls back to
+// cuEventQuery. g_cuda is this test's own: the entries are fakes that record what was called.
 #include "interpose/compute_events.h"
 
 #include <gtest/gtest.h>
@@ -30,14 +30,22 @@ CUresult FakeV2(float* ms, CUevent, CUevent) {
   *ms = 2.0f;
   return g_result;
 }
+int g_query_calls = 0;
+CUresult g_query_result = CUDA_SUCCESS;
+
+CUresult FakeQuery(CUevent) {
+  ++g_query_calls;
+  return g_query_result;
+}
 
 class ElapsedTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    g_v1_calls = g_v2_calls = 0;
-    g_result = CUDA_SUCCESS;
+    g_v1_calls = g_v2_calls = g_query_calls = 0;
+    g_result = g_query_result = CUDA_SUCCESS;
     g_cuda.cuEventElapsedTime = nullptr;
     g_cuda.cuEventElapsedTime_v2 = nullptr;
+    g_cuda.cuEventQuery = FakeQuery;
   }
   RealEventOps ops_;
 };
@@ -67,6 +75,31 @@ TEST_F(ElapsedTest, FailsWithoutEitherEntryOrOnADriverError) {
   g_result = CUDA_ERROR_NOT_READY;
   EXPECT_FALSE(ops_.ElapsedMs(1, 2, &ms));
   EXPECT_EQ(g_v2_calls, 1);
+}
+
+// Completion asked against a completed event: _v2's answer where it has one (no cuEventQuery,
+// whose first look at a completed event costs far more), the query otherwise.
+TEST_F(ElapsedTest, QueryAgainstAsksVersion2AndFallsBackToTheQuery) {
+  g_cuda.cuEventElapsedTime = FakeV1;
+  g_cuda.cuEventElapsedTime_v2 = FakeV2;
+  EXPECT_EQ(ops_.QueryAgainst(1, 2), compute::EventState::kReady);
+  g_result = CUDA_ERROR_NOT_READY;
+  EXPECT_EQ(ops_.QueryAgainst(1, 2), compute::EventState::kNotReady);
+  EXPECT_EQ(g_v2_calls, 2);
+  EXPECT_EQ(g_query_calls, 0);
+  // Any other answer of _v2: the query decides, errors included.
+  g_result = CUDA_ERROR_INVALID_HANDLE;
+  g_query_result = CUDA_ERROR_NOT_READY;
+  EXPECT_EQ(ops_.QueryAgainst(1, 2), compute::EventState::kNotReady);
+  g_query_result = CUDA_ERROR_LAUNCH_FAILED;
+  EXPECT_EQ(ops_.QueryAgainst(1, 2), compute::EventState::kError);
+  EXPECT_EQ(g_query_calls, 2);
+  // Version 1 looks for earlier asynchronous errors (microseconds): never used for this.
+  g_cuda.cuEventElapsedTime_v2 = nullptr;
+  g_query_result = CUDA_SUCCESS;
+  EXPECT_EQ(ops_.QueryAgainst(1, 2), compute::EventState::kReady);
+  EXPECT_EQ(g_v1_calls, 0);
+  EXPECT_EQ(g_query_calls, 3);
 }
 
 }  // namespace
