@@ -30,6 +30,7 @@ CUresult FakeV2(float* ms, CUevent, CUevent) {
   *ms = 2.0f;
   return g_result;
 }
+
 int g_query_calls = 0;
 CUresult g_query_result = CUDA_SUCCESS;
 
