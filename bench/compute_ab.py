@@ -12,7 +12,9 @@ bench/compute/concurrency.cu (bench/compute_matrix.py: 1x5us, 16x50us, 16x5ms, s
 ...; the multi-process rows excepted), each with its matrix window (0.5 s warm-up, 1.6 s), and two
 rows of the limited launch path's cost, judged at a limit of 99 only: launch-1x2us and
 launch-16x2us, one host thread launching 2 µs kernels on 1 or 16 streams (0.3 s warm-up, 1 s,
-as tests/gpu/run.sh's launch path check). Default: launch-1x2us, 1x5us, 16x50us, 16x5ms,
+as tests/gpu/run.sh's launch path check), and launch-dry, 10 µs kernels with 20 µs of host work
+after each launch, so that the stream is idle at every launch (bench/compute/launch_path.sh's
+dry workload). Default: launch-1x2us, 1x5us, 16x50us, 16x5ms,
 steps-20us-2ms at 30, 60, 90.
 
 Each round runs every row natively, then at each limit with the old and the new library (which
@@ -49,6 +51,7 @@ OUTPUT = "compute-ab"
 LAUNCH_ROWS = {
     "launch-1x2us": "--streams 1 --kernel-us 2 --warmup 0.3 --seconds 1",
     "launch-16x2us": "--streams 16 --kernel-us 2 --warmup 0.3 --seconds 1",
+    "launch-dry": "--streams 1 --kernel-us 10 --host-ns 20000 --warmup 0.3 --seconds 1",
 }
 DEFAULT_ROWS = "launch-1x2us,1x5us,16x50us,16x5ms,steps-20us-2ms"
 MATRIX_WINDOW = "--warmup 0.5 --seconds 1.6"

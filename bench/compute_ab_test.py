@@ -49,6 +49,12 @@ class Plan(unittest.TestCase):
             "launch-1x2us native", "launch-1x2us new at 99", "launch-1x2us old at 99",
             "1x5us native", "1x5us old at 30", "1x5us new at 30", "1x5us new at 60", "1x5us old at 60"])
 
+    def test_the_dry_launch_row_runs_at_99_only(self):
+        self.assertIn("--host-ns 20000", ab.spin_rows()["launch-dry"])
+        rc, lines = dry_run("--rows", "launch-dry", "--limits", "60", "--rounds", "1")
+        self.assertEqual(rc, 0)
+        self.assertEqual(lines, ["launch-dry native", "launch-dry old at 99", "launch-dry new at 99"])
+
     def test_rows_are_the_matrix_spin_rows_of_one_process(self):
         rows = ab.spin_rows()
         self.assertIn("steps-20us-2ms", rows)
