@@ -52,7 +52,7 @@ bool SimGpu::RecordEvent(EventId event, int stream, int64_t host_ns) {
   e.done = false;
   ++e.generation;
   int64_t visible = std::max(host_ns + params_.submit_latency_ns, now_);
-  Push(stream, Command{true, visible, 0, event, e.generation});
+  Push(stream, Command{true, visible, std::max<int64_t>(params_.event_gpu_ns, 0), event, e.generation});
   return true;
 }
 
@@ -101,7 +101,7 @@ bool SimGpu::HeldBackByQueue(const Stream& s) const {
     const Stream& t = streams_[id];
     if (&t == &s || t.hardware_queue != s.hardware_queue || t.queue.empty()) continue;
     const Command* first = &t.queue.front();
-    if (!first->is_event && first->started) first = t.queue.size() > 1 ? &t.queue[1] : nullptr;
+    if (first->started) first = t.queue.size() > 1 ? &t.queue[1] : nullptr;
     if (first != nullptr && first->seq < seq) return true;
   }
   return false;
@@ -118,9 +118,15 @@ bool SimGpu::HeadRunning(const Stream& s) const {
   return HeadRunnable(s) && !s.queue.front().is_event && s.queue.front().started;
 }
 
-bool SimGpu::ContextRunsKernel(int context) const {
+// An event at its stream's head still taking its GPU time (event_gpu_ns).
+bool SimGpu::HeadProcessingEvent(const Stream& s) const {
+  return HeadRunnable(s) && s.queue.front().is_event && s.queue.front().remaining_ns > 0;
+}
+
+// A kernel runs or an event is processed: busy, as NVML counts it.
+bool SimGpu::ContextBusy(int context) const {
   for (int id : contexts_[context].streams) {
-    if (HeadRunning(streams_[id])) return true;
+    if (HeadRunning(streams_[id]) || HeadProcessingEvent(streams_[id])) return true;
   }
   return false;
 }
@@ -162,6 +168,7 @@ bool SimGpu::SettleActive() {
     while (HeadRunnable(s)) {
       Command& head = s.queue.front();
       if (head.is_event) {
+        if (head.remaining_ns > 0) break;  // still taking its GPU time
         Event& e = events_[head.event - 1];
         if (e.generation == head.generation) {
           e.done = true;
@@ -219,6 +226,8 @@ int64_t SimGpu::NextChangeNs() const {
       next = std::min(next, head.visible_ns);
     } else if (s.context == active_ && !head.is_event && head.started) {
       next = std::min(next, now_ + head.remaining_ns);
+    } else if (s.context == active_ && HeadProcessingEvent(s)) {
+      next = std::min(next, now_ + head.remaining_ns);
     } else if (s.context != active_) {
       others_waiting = true;
     }
@@ -232,7 +241,7 @@ int64_t SimGpu::NextChangeNs() const {
 
 void SimGpu::Progress(int64_t dt) {
   if (dt <= 0) return;
-  if (active_ >= 0 && now_ >= switch_until_ && ContextRunsKernel(active_)) {
+  if (active_ >= 0 && now_ >= switch_until_ && ContextBusy(active_)) {
     AddBusy(&context_busy_[active_], now_, now_ + dt);
     AddBusy(&device_busy_, now_, now_ + dt);
     for (int id : contexts_[active_].streams) {
@@ -240,6 +249,9 @@ void SimGpu::Progress(int64_t dt) {
       if (HeadRunning(s)) {
         s.queue.front().remaining_ns -= dt;
         AddBusy(&context_work_[active_], now_, now_ + dt);
+      } else if (HeadProcessingEvent(s)) {
+        s.queue.front().remaining_ns -= dt;  // busy, not work
+        s.queue.front().started = true;
       }
     }
   }

@@ -21,7 +21,9 @@
 //     context than the one that ran last leaves the GPU idle for context_switch_ns.
 //   - An event command completes when it reaches the head of its stream (everything before it
 //     finished) and its context is active; its timestamp is quantised to event_resolution_ns.
-//     Re-recording an event re-arms it (cuEventRecord semantics).
+//     With event_gpu_ns > 0 it first occupies its stream (not the SMs) for that long while its
+//     context is active, time-stamped at the end, and counts as busy (NVML counts it) but not as
+//     work. Re-recording an event re-arms it (cuEventRecord semantics).
 //   - Ground truth: per context and for the device, the time during which at least one kernel ran,
 //     accumulated in buckets of bucket_ns; and per context the work done: kernel time summed over
 //     the kernels running at once (the throughput a limit must cut, whatever the concurrency).
@@ -54,6 +56,9 @@ struct SimGpuParams {
   // (bench/compute/turn_probe.sh).
   int64_t context_switch_ns = 0;
   int64_t event_resolution_ns = 500;
+  // GPU time an event takes on its stream (above). On an H200 ~2 us between two queued kernels
+  // (bench/compute/event_cost.cu, 2026-11-27). 0 (the default): events take none.
+  int64_t event_gpu_ns = 0;
   int64_t bucket_ns = 1'000'000;
   // Hardware work queues per context (CUDA_DEVICE_MAX_CONNECTIONS, 8 by default; 0: one per
   // stream). The n-th stream of a context feeds queue n % hardware_queues; a queue hands out its
@@ -104,7 +109,8 @@ class SimGpu {
     EventId event;            // events
     uint64_t generation;      // events: which record of the event this is
     double width = 0;         // kernels: fraction of the SMs it occupies (0: unbounded)
-    bool started = false;     // kernels: holds its SMs and progresses while its context runs
+    bool started = false;     // kernels: holds its SMs and progresses while its context runs;
+                              // events: being processed (event_gpu_ns)
     uint64_t seq = 0;         // submission order (hardware queues hand commands out in it)
   };
   struct Stream {
@@ -127,9 +133,10 @@ class SimGpu {
   bool HeldBackByQueue(const Stream& s) const;
   void Push(int stream, Command command);
   bool HeadRunning(const Stream& s) const;
+  bool HeadProcessingEvent(const Stream& s) const;
   bool StartHeads();
   bool ContextReady(int context) const;
-  bool ContextRunsKernel(int context) const;
+  bool ContextBusy(int context) const;
   bool SettleActive();
   void ChooseContext();
   void Settle();

@@ -18,6 +18,31 @@ SimGpuParams ExactParams() {
   return p;
 }
 
+// With event_gpu_ns an event holds its stream that long (time-stamped at its end), counted busy
+// but not work: what an event between two queued kernels costs an H200.
+TEST(SimGpuTest, AnEventTakesItsGpuTimeOnItsStream) {
+  SimGpuParams params = ExactParams();
+  params.event_gpu_ns = 2 * kUs;
+  SimGpu gpu(params);
+  int ctx = gpu.AddContext();
+  int s = gpu.AddStream(ctx);
+  EventId a = gpu.CreateEvent(ctx), b = gpu.CreateEvent(ctx), c = gpu.CreateEvent(ctx);
+  ASSERT_TRUE(gpu.RecordEvent(a, s, 0));
+  gpu.Launch(s, 0, 10 * kUs);
+  ASSERT_TRUE(gpu.RecordEvent(b, s, 0));
+  gpu.Launch(s, 0, 10 * kUs);
+  ASSERT_TRUE(gpu.RecordEvent(c, s, 0));
+  gpu.AdvanceTo(25 * kUs);
+  EXPECT_EQ(gpu.QueryEvent(c), EventState::kNotReady);  // its own 2 us end at 26
+  gpu.AdvanceTo(kMs);
+  ASSERT_EQ(gpu.QueryEvent(c), EventState::kReady);
+  EXPECT_EQ(gpu.EventTime(a), 2 * kUs);
+  EXPECT_EQ(gpu.EventTime(b), 14 * kUs);  // a, the kernel, b
+  EXPECT_EQ(gpu.EventTime(c), 26 * kUs);
+  EXPECT_EQ(gpu.ContextBusyNs(ctx, 0, kMs), 26 * kUs);
+  EXPECT_EQ(gpu.ContextWorkNs(ctx, 0, kMs), 20 * kUs);
+}
+
 TEST(SimGpuTest, KernelsOnOneStreamRunBackToBack) {
   SimGpu gpu(ExactParams());
   int ctx = gpu.AddContext();
