@@ -89,7 +89,7 @@ int SimGpu::PendingKernels(int stream) const {
 bool SimGpu::HeadRunnable(const Stream& s) const {
   if (s.queue.empty() || s.queue.front().visible_ns > now_) return false;
   const Command& head = s.queue.front();
-  return (!head.is_event && head.started) || !HeldBackByQueue(s);
+  return head.started || !HeldBackByQueue(s);  // what was handed out keeps going
 }
 
 // Whether another stream of the same hardware queue has a command submitted before this stream's
