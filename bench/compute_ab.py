@@ -9,7 +9,7 @@ runs in every round: what a change to the compute limiter does, as ratios measur
 
 Rows (--rows takes ids or shell patterns, comma-separated): the concurrency matrix's rows of
 bench/compute/concurrency.cu (bench/compute_matrix.py: 1x5us, 16x50us, 16x5ms, steps-20us-2ms,
-...; the multi-process rows excepted), each with its matrix window (0.5 s warm-up, 1.6 s), and two
+...; the multi-process rows excepted), each with its matrix window (0.5 s warm-up, 1.6 s), and
 rows of the limited launch path's cost, judged at a limit of 99 only: launch-1x2us and
 launch-16x2us, one host thread launching 2 µs kernels on 1 or 16 streams (0.3 s warm-up, 1 s,
 as tests/gpu/run.sh's launch path check), and launch-dry, 10 µs kernels with 20 µs of host work

@@ -18,7 +18,8 @@ and compares them with the busy time the limiter measured (the union of the trac
 and the time its launching threads were told to sleep (the trace's S records; threads may sleep
 at once, so it can exceed 100) over the whole window, and the busy time and GPU-Util over
 consecutive 1.3 s windows (the matrix's GPU-Util window), so the spread of each measure shows.
-Prints a table per case; --out keeps the traces and a JSON. Reads NVML through bench/compute_common.py's UtilSampler; never changes any GPU setting."""
+Prints a table per case; --out keeps the traces and a JSON. Reads NVML through
+bench/compute_common.py's UtilSampler; never changes any GPU setting."""
 import argparse
 import json
 import os
