@@ -24,9 +24,18 @@
 //             in a queued run (the part above).
 //   order     an event recorded behind a 2 ms kernel: its time after an event recorded before the
 //             kernel (the kernel's length when the event waits for it).
+//   util      what NVML's GPU-Util counts of a tracker's [begin, mark] on an idle GPU: every period
+//             (25 us to 400 us) of host time one kernel of 5 us (or a chain of 8), the stream
+//             synchronised after it, without events and with a begin before and a mark after each
+//             kernel; 3 s each, GPU-Util from the driver's own samples (nvmlDeviceGetSamples) as
+//             busy time per period, against the chain's span from events around it (a separate
+//             run of the same chains after the same idle time). Shows whether the events' GPU time
+//             counts as busy and how far [begin, mark] exceeds the busy time after idle gaps.
 // Every CUDA return code is checked (exit 2). Clocks are never changed.
 #include <cuda.h>
 #include <cuda_runtime.h>
+
+#include <dlfcn.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -235,6 +244,140 @@ void OrderPart(const Gpu& g) {
   CHECK(cudaEventDestroy(behind));
 }
 
+
+// --- util: does GPU-Util count an event's GPU time? -------------------------------------------
+// NVML through dlopen, with the few types this part needs (nvml.h is not on every machine).
+struct NvmlSample {
+  unsigned long long timestamp_us;  // CLOCK_REALTIME
+  union {
+    double d;
+    unsigned int ui;
+    unsigned long ul;
+    unsigned long long ull;
+    long long sll;
+  } value;
+};
+using NvmlInit = int (*)();
+using NvmlHandleByIndex = int (*)(unsigned, void**);
+using NvmlGetSamples = int (*)(void*, int, unsigned long long, int*, unsigned*, NvmlSample*);
+constexpr int kNvmlGpuUtilizationSamples = 1;
+
+double RealtimeUs() {
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return ts.tv_sec * 1e6 + ts.tv_nsec * 1e-3;
+}
+
+// One chain: `n` kernels of `us`, a begin event before each and / or a mark after each.
+void Chain(const Gpu& g, int n, double us, bool begins, bool marks, std::vector<CUevent>& events) {
+  CUstream s = reinterpret_cast<CUstream>(g.stream);
+  for (int i = 0; i < n; ++i) {
+    if (begins) CHECK_CU(cuEventRecord(events[2 * i], s));
+    Work(g, us);
+    if (marks) CHECK_CU(cuEventRecord(events[2 * i + 1], s));
+  }
+}
+
+// GPU-Util over `seconds` from the driver's own samples (those lying in the window after its
+// first 0.4 s, each covering the ~200 ms before it); -1 when NVML gave none.
+struct Nvml {
+  NvmlGetSamples get_samples = nullptr;
+  void* device = nullptr;
+};
+
+double UtilOver(const Nvml& nvml, double start_us, double end_us) {
+  SpinHost(0.5);  // the driver's sample of the window's end arrives late
+  std::vector<NvmlSample> samples(512);
+  unsigned count = samples.size();
+  int type = 0;
+  if (nvml.get_samples(nvml.device, kNvmlGpuUtilizationSamples, static_cast<unsigned long long>(start_us), &type,
+                       &count, samples.data()) != 0) {
+    return -1;
+  }
+  double sum = 0;
+  int used = 0;
+  for (unsigned i = 0; i < count; ++i) {
+    const double t = samples[i].timestamp_us;
+    if (t < start_us + 0.4e6 || t > end_us) continue;
+    sum += type == 0 ? samples[i].value.d : static_cast<double>(samples[i].value.ui);
+    ++used;
+  }
+  return used > 0 ? sum / used : -1;
+}
+
+void UtilPart(const Gpu& g) {
+  void* lib = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+  if (lib == nullptr) {
+    printf("util | skipped | libnvidia-ml.so.1 not loadable\n");
+    return;
+  }
+  auto init = reinterpret_cast<NvmlInit>(dlsym(lib, "nvmlInit_v2"));
+  auto by_index = reinterpret_cast<NvmlHandleByIndex>(dlsym(lib, "nvmlDeviceGetHandleByIndex_v2"));
+  Nvml nvml;
+  nvml.get_samples = reinterpret_cast<NvmlGetSamples>(dlsym(lib, "nvmlDeviceGetSamples"));
+  int device_index = 0;
+  CHECK(cudaGetDevice(&device_index));
+  if (init == nullptr || by_index == nullptr || nvml.get_samples == nullptr || init() != 0 ||
+      by_index(static_cast<unsigned>(device_index), &nvml.device) != 0) {
+    printf("util | skipped | NVML did not initialise\n");
+    return;
+  }
+  constexpr double kKernelUs = 5, kSeconds = 3;
+  std::vector<CUevent> events(16);
+  for (CUevent& e : events) CHECK_CU(cuEventCreate(&e, CU_EVENT_DEFAULT));
+  cudaEvent_t first, last;
+  CHECK(cudaEventCreate(&first));
+  CHECK(cudaEventCreate(&last));
+  struct Case {
+    int kernels;
+    double period_us;
+  };
+  for (const Case& c : {Case{1, 25}, Case{1, 50}, Case{1, 100}, Case{1, 200}, Case{1, 400}, Case{8, 200}}) {
+    double busy_us[2] = {0, 0}, span_us[2] = {0, 0}, util[2] = {0, 0}, bracket_us = 0;
+    for (int with_events = 0; with_events < 2; ++with_events) {
+      // The chain's span on the GPU, from events around it (the host waits for each chain, and
+      // sleeps out the period first, so the GPU is as idle before it as below).
+      double span_sum = 0, bracket_sum = 0;
+      const int spans = 200;
+      for (int i = 0; i < spans; ++i) {
+        SpinHost(c.period_us * 1e-6);
+        CHECK(cudaEventRecord(first, g.stream));
+        Chain(g, c.kernels, kKernelUs, with_events, with_events, events);
+        CHECK(cudaEventRecord(last, g.stream));
+        CHECK(cudaStreamSynchronize(g.stream));
+        span_sum += Elapsed(first, last) * 1e3;
+        if (with_events) {
+          float ms = 0;
+          CHECK_CU(cuEventElapsedTime(&ms, events[0], events[2 * c.kernels - 1]));
+          bracket_sum += ms * 1e3;
+        }
+      }
+      span_us[with_events] = span_sum / spans;
+      if (with_events) bracket_us = bracket_sum / spans;
+      // One chain every period_us, the stream synchronised after each.
+      const double start_us = RealtimeUs();
+      const double until = Monotonic() + kSeconds;
+      while (Monotonic() < until) {
+        const double period_end = Monotonic() + c.period_us * 1e-6;
+        Chain(g, c.kernels, kKernelUs, with_events, with_events, events);
+        CHECK(cudaStreamSynchronize(g.stream));
+        SpinHost(period_end - Monotonic());
+      }
+      util[with_events] = UtilOver(nvml, start_us, RealtimeUs());
+      busy_us[with_events] = util[with_events] / 100.0 * c.period_us;
+    }
+    printf("util | %d x %.0f us every %.0f us | no events: span %.2f us, GPU-Util %.1f (%.2f us busy); a begin and a "
+           "mark around each kernel: span %.2f us (%.2f per event), GPU-Util %.1f (%.2f us busy, %+.2f); [first begin, "
+           "last mark] %.2f us, %+.2f us over the busy time\n",
+           c.kernels, kKernelUs, c.period_us, span_us[0], util[0], busy_us[0], span_us[1],
+           (span_us[1] - span_us[0]) / (2 * c.kernels), util[1], busy_us[1], busy_us[1] - busy_us[0], bracket_us,
+           bracket_us - busy_us[1]);
+  }
+  CHECK(cudaEventDestroy(first));
+  CHECK(cudaEventDestroy(last));
+  for (CUevent e : events) CHECK_CU(cuEventDestroy(e));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -261,6 +404,7 @@ int main(int argc, char** argv) {
   GpuPart(g);
   BracketPart(g);
   OrderPart(g);
+  UtilPart(g);
   CHECK(cudaFree(g.sink));
   CHECK(cudaStreamDestroy(g.stream));
   return 0;
