@@ -146,6 +146,7 @@ void BusyTracker::MarkTailLocked(StreamState& st, int64_t now) {
       st.mark_interval = std::max(st.mark_interval / 2, 1);
     }
   }
+  st.last_mark_deep = previous_pending;
   RecordLocked(st, /*begin=*/false, previous_pending, now);
   // On failure the tail stays open and is retried at the next launch (its estimate stands in).
 }
@@ -191,7 +192,35 @@ EventState BusyTracker::QueryEventLocked(EventId event) {
 
 bool BusyTracker::UniformCostLocked(const StreamState& st) const {
   return st.deep_samples >= options_.uniform_min_samples &&
-         st.deep_max_ns <= options_.uniform_cost_ratio * st.deep_cost_ns;
+         st.deep_max_ns <= options_.uniform_cost_ratio * st.deep_cost_ns &&
+         st.single_max_ns <= SingleBoundLocked(st);
+}
+
+// What a launch measured alone may cost on a uniform stream (BusyTrackerOptions).
+double BusyTracker::SingleBoundLocked(const StreamState& st) const {
+  return options_.uniform_cost_ratio * st.deep_max_ns + static_cast<double>(options_.uniform_idle_slack_ns);
+}
+
+// Whether the host mostly launches on the stream slower than its deep intervals say a launch
+// costs (from one launch call's end to the next one's start, longer than launch_slower_ratio x
+// that cost, for most launches): its queue runs dry between cheap launches, so an expensive one
+// among them starts on an idle stream and no deep interval sees it. Launches measured alone count
+// only on such streams: elsewhere a begin-bracketed launch may have waited for another container's
+// work at a turn's hand-over, and a cost read from that would end a uniform standing the cap needs
+// there (SharingTest.ContainersFillingTheGpuEachGetTheirShare).
+bool BusyTracker::LaunchedSlowerLocked(const StreamState& st) const {
+  return st.slower_share > 0.5;
+}
+
+// Whether to measure this launch of a uniform stream alone (one launched slower than its deep
+// intervals' cost per launch, whose last mark found the queue run dry: a deep queue's intervals
+// see every kind of launch): drawn at random, so that a mix of launches repeating with any period
+// is sampled evenly.
+bool BusyTracker::DrawSampleLocked() {
+  sample_rng_ ^= sample_rng_ << 13;
+  sample_rng_ ^= sample_rng_ >> 7;
+  sample_rng_ ^= sample_rng_ << 17;
+  return options_.uniform_sample_every > 0 && sample_rng_ % static_cast<uint64_t>(options_.uniform_sample_every) == 0;
 }
 
 // --- Launch path ---------------------------------------------------------------------------
@@ -247,6 +276,8 @@ int64_t BusyTracker::BeforeLaunch(StreamKey stream, int64_t now, LaunchTicket* t
     // Nothing to wait for (no events available): measuring is impossible, launch unmetered.
   }
   CollapseIntervalIfShallowLocked(st);
+  st.sampling = !st.last_mark_deep && LaunchedSlowerLocked(st) && UniformCostLocked(st) && DrawSampleLocked();
+  if (st.sampling) MarkTailLocked(st, now);  // the sampled launch starts an interval
   if (StreamIdleLocked(st)) {
     // The queue starts empty: mark densely until it is seen deep again (a uniform stream's
     // intervals are capped instead, and its marks stay sparse).
@@ -257,6 +288,7 @@ int64_t BusyTracker::BeforeLaunch(StreamKey stream, int64_t now, LaunchTicket* t
   }
   ticket->slot = slot;
   ticket->generation = st.generation;
+  ticket->submit_ns = now;
   return 0;
 }
 
@@ -270,13 +302,19 @@ int64_t BusyTracker::AfterLaunch(const LaunchTicket& ticket, bool launched, int6
       slots_[ticket.slot].in_use && !slots_[ticket.slot].retired) {
     StreamState& st = slots_[ticket.slot];
     estimate = std::llround(EstimateLocked(st));
+    if (st.last_launch_ns > 0) {  // a share, not a mean: a rest between two launches is one gap
+      const bool slower = static_cast<double>(ticket.submit_ns - st.last_launch_ns) >
+                          options_.launch_slower_ratio * st.deep_cost_ns;
+      st.slower_share += options_.estimate_gain * ((slower ? 1.0 : 0.0) - st.slower_share);
+    }
     st.tail_launches += 1;
     st.tail_estimate_ns += estimate;
     st.last_launch_ns = now;
     st.last_launch_seq = ++launch_seq_;
-    if (st.tail_launches >= st.mark_interval || now - st.last_mark_ns >= options_.max_mark_age_ns) {
+    if (st.tail_launches >= st.mark_interval || now - st.last_mark_ns >= options_.max_mark_age_ns || st.sampling) {
       MarkTailLocked(st, now);
     }
+    st.sampling = false;
   } else if (has_default_estimate_) {
     estimate = std::llround(default_estimate_ns_);  // untracked: the estimate is the charge
   }
@@ -440,6 +478,11 @@ void BusyTracker::LearnLocked(StreamState& st, const PendingMark& mark, int64_t 
   // time it added: with several streams that is a fraction of its length, and a cap from it cut
   // the intervals after every idle start short (a container under-measured its busy time).
   const double span_per_launch = static_cast<double>(span_ns) / mark.launches;
+  if (mark.launches == 1 && (mark.deep || st.chain_from_begin) && LaunchedSlowerLocked(st)) {
+    // One launch measured alone, queued behind others or bracketed by a begin (UniformCostLocked),
+    // on a stream where that tells something (LaunchedSlowerLocked).
+    st.single_max_ns = std::max(span_per_launch, st.single_max_ns * options_.single_max_decay);
+  }
   if (mark.deep && mark.launches <= options_.uniform_max_launches) {
     // Few launches per interval: their costs show how much single launches differ (an interval
     // of many launches averages that away).

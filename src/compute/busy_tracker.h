@@ -141,6 +141,20 @@ struct BusyTrackerOptions {
   double uniform_cost_ratio = 1.25;
   int uniform_min_samples = 8;
   int uniform_max_launches = 4;
+  // Deep intervals see a stream's launches only where its queue held them: behind an expensive
+  // launch, hardly ever the expensive one itself when the host launches slower than the cheap ones
+  // run (it starts on an idle stream). On such a stream (LaunchedSlowerLocked) launches measured
+  // alone count too: a launch bracketed by a begin and a mark, or queued alone behind others, and
+  // on a uniform stream a launch drawn at random with probability 1 / uniform_sample_every, given
+  // an interval of its own (its tail marked before it, a begin if its stream is idle, a mark after
+  // it). While the decaying maximum of such launches (by single_max_decay per launch measured)
+  // exceeds uniform_cost_ratio x the deep intervals' maximum + uniform_idle_slack_ns (what an idle
+  // start adds to [begin, mark]: 3.4-4.7 us on an H200, against 1.3 behind a queued launch), the
+  // stream is not uniform.
+  int uniform_sample_every = 64;
+  int64_t uniform_idle_slack_ns = 5'000;
+  double single_max_decay = 0.99;
+  double launch_slower_ratio = 1.5;  // LaunchedSlowerLocked
   // How long a command may take to reach the GPU after the hook read the clock to record it (the
   // lock, the driver call, the submission): a uniform stream's capped interval may have idled for
   // the host's time between recording its first event and its mark plus this; the rest of it is
@@ -156,6 +170,7 @@ struct BusyTrackerOptions {
 struct LaunchTicket {
   int32_t slot = -1;          // stream slot, -1 = untracked
   uint32_t generation = 0;    // slot generation (a retired slot is never confused with its reuse)
+  int64_t submit_ns = 0;      // BeforeLaunch's `now`
 };
 
 // Busy time that completed marks revealed.
@@ -313,6 +328,11 @@ class BusyTracker {
     double deep_cost_ns = 0;
     double deep_max_ns = 0;
     int32_t deep_samples = 0;
+    double single_max_ns = 0;        // launches measured alone: decaying maximum
+    bool sampling = false;           // the launch being submitted gets an interval of its own
+    bool last_mark_deep = false;     // the last mark found the one before it pending
+    double slower_share = 0;         // launches after a host gap longer than launch_slower_ratio x
+                                     // deep_cost_ns (EWMA, estimate_gain): LaunchedSlowerLocked
     int64_t span_window_start_ns = -1;  // the span window this stream was last counted in
   };
 
@@ -343,6 +363,9 @@ class BusyTracker {
   void ReadRingLocked();
   double EstimateLocked(const StreamState& st) const;
   bool UniformCostLocked(const StreamState& st) const;
+  double SingleBoundLocked(const StreamState& st) const;
+  bool DrawSampleLocked();
+  bool LaunchedSlowerLocked(const StreamState& st) const;
   EventState QueryLastEventLocked(StreamState& st);
   EventState QueryEventLocked(EventId event);
 
@@ -361,6 +384,7 @@ class BusyTracker {
   int64_t anchor_time_ns_ = 0;                     // guarded by mu_
   int64_t last_poll_ns_ = 0;                       // guarded by mu_
   uint64_t launch_seq_ = 0;                        // launches on any stream; guarded by mu_
+  uint64_t sample_rng_ = 0x9e3779b97f4a7c15ULL;     // xorshift state for uniform samples; guarded by mu_
   double default_estimate_ns_ = 0;                 // guarded by mu_
   bool has_default_estimate_ = false;              // guarded by mu_
   bool events_exhausted_ = false;                  // guarded by mu_
