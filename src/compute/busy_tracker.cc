@@ -202,8 +202,9 @@ double BusyTracker::SingleBoundLocked(const StreamState& st) const {
 }
 
 // Whether the host mostly launches on the stream slower than its deep intervals say a launch
-// costs (from one launch call's end to the next one's start, longer than launch_slower_ratio x
-// that cost, for most launches): its queue runs dry between cheap launches, so an expensive one
+// costs (from one launch call's start to the next one's, longer than launch_slower_ratio x that
+// cost, for most launches; on an H200 the time between the calls alone missed a stream of 4 us
+// kernels launched every ~11 us, docs/benchmarks.md 2026-11-27): its queue runs dry between cheap launches, so an expensive one
 // among them starts on an idle stream and no deep interval sees it. Launches measured alone count
 // only on such streams: elsewhere a begin-bracketed launch may have waited for another container's
 // work at a turn's hand-over, and a cost read from that would end a uniform standing the cap needs
@@ -302,11 +303,12 @@ int64_t BusyTracker::AfterLaunch(const LaunchTicket& ticket, bool launched, int6
       slots_[ticket.slot].in_use && !slots_[ticket.slot].retired) {
     StreamState& st = slots_[ticket.slot];
     estimate = std::llround(EstimateLocked(st));
-    if (st.last_launch_ns > 0) {  // a share, not a mean: a rest between two launches is one gap
-      const bool slower = static_cast<double>(ticket.submit_ns - st.last_launch_ns) >
+    if (st.last_submit_ns > 0) {  // a share, not a mean: a rest between two launches is one period
+      const bool slower = static_cast<double>(ticket.submit_ns - st.last_submit_ns) >
                           options_.launch_slower_ratio * st.deep_cost_ns;
       st.slower_share += options_.estimate_gain * ((slower ? 1.0 : 0.0) - st.slower_share);
     }
+    st.last_submit_ns = ticket.submit_ns;
     st.tail_launches += 1;
     st.tail_estimate_ns += estimate;
     st.last_launch_ns = now;

@@ -331,8 +331,10 @@ class BusyTracker {
     double single_max_ns = 0;        // launches measured alone: decaying maximum
     bool sampling = false;           // the launch being submitted gets an interval of its own
     bool last_mark_deep = false;     // the last mark found the one before it pending
-    double slower_share = 0;         // launches after a host gap longer than launch_slower_ratio x
-                                     // deep_cost_ns (EWMA, estimate_gain): LaunchedSlowerLocked
+    int64_t last_submit_ns = 0;      // its last launch's LaunchTicket::submit_ns
+    double slower_share = 0;         // launches submitted longer than launch_slower_ratio x
+                                     // deep_cost_ns after the one before (EWMA, estimate_gain):
+                                     // LaunchedSlowerLocked
     int64_t span_window_start_ns = -1;  // the span window this stream was last counted in
   };
 
