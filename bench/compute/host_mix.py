@@ -5,10 +5,10 @@ docs/compute.md ("Uniform streams").
 
 Usage: python3 bench/compute/host_mix.py --library LIB[,LIB2...] [--limits 60,30] [--rounds 1]
                                          [--rows mixA,mixB,mixC] [--warmup 1] [--seconds 3]
-                                         [--out DIR]
+                                         [--binary CONCURRENCY] [--out DIR]
 
 Each row is bench/compute/concurrency.cu's --steps mode (one thread, one stream, a
-synchronisation after every step; built here with nvcc): launches of --kernel-us, every
+synchronisation after every step; built here with nvcc, or --binary): launches of --kernel-us, every
 --expensive-every-th one of --expensive-us, --host-ns of host work after each launch:
   mixA  50 per step, 3 us and every 5th 40 us, 10 us of host work per launch
   mixB  50 per step, 5 us and every 10th 100 us, 8 us of host work per launch
@@ -50,6 +50,7 @@ def main():
     p.add_argument("--rows", default=",".join(ROWS))
     p.add_argument("--warmup", type=float, default=1.0)
     p.add_argument("--seconds", type=float, default=3.0)
+    p.add_argument("--binary", help="a built bench/compute/concurrency.cu (default: build it with nvcc)")
     p.add_argument("--out")
     args = p.parse_args()
     error = p.error
@@ -62,13 +63,15 @@ def main():
     for lib in libraries:
         if not os.path.isfile(lib):
             error(f"--library {lib!r}: no such file")
+    if args.binary and not os.access(args.binary, os.X_OK):
+        error(f"--binary {args.binary!r}: not an executable file")
     if args.rounds < 1 or args.seconds <= 0 or args.warmup < 0:
         error("--rounds must be >= 1, --seconds > 0, --warmup >= 0")
     out = args.out or os.path.join(os.getcwd(), "host-mix")
     os.makedirs(out, exist_ok=True)
     logf = open(os.path.join(out, "host-mix.log"), "w")
     launchers = [Launcher(lib, logf, prefix="vgpu-host-mix-") for lib in libraries]
-    binary = nvcc_build(SOURCE, os.path.join(out, "concurrency"), 0, launchers[0].note)
+    binary = args.binary or nvcc_build(SOURCE, os.path.join(out, "concurrency"), 0, launchers[0].note)
     if binary is None:
         sys.exit("host_mix: could not build bench/compute/concurrency.cu (see the log)")
     sampler = UtilSampler(0)
