@@ -204,11 +204,11 @@ double BusyTracker::SingleBoundLocked(const StreamState& st) const {
 // Whether the host mostly launches on the stream slower than its deep intervals say a launch
 // costs (from one launch call's start to the next one's, longer than launch_slower_ratio x that
 // cost, for most launches; on an H200 the time between the calls alone missed a stream of 4 us
-// kernels launched every ~11 us, docs/benchmarks.md 2026-11-27): its queue runs dry between cheap launches, so an expensive one
-// among them starts on an idle stream and no deep interval sees it. Launches measured alone count
-// only on such streams: elsewhere a begin-bracketed launch may have waited for another container's
-// work at a turn's hand-over, and a cost read from that would end a uniform standing the cap needs
-// there (SharingTest.ContainersFillingTheGpuEachGetTheirShare).
+// kernels launched every ~11 us, docs/benchmarks.md 2026-11-27): its queue runs dry between cheap
+// launches, so an expensive one among them starts on an idle stream and no deep interval sees it.
+// Launches measured alone count only on such streams: elsewhere a begin-bracketed launch may have
+// waited for another container's work at a turn's hand-over, and a cost read from that would end
+// a uniform standing the cap needs there (SharingTest.ContainersFillingTheGpuEachGetTheirShare).
 bool BusyTracker::LaunchedSlowerLocked(const StreamState& st) const {
   return st.slower_share > 0.5;
 }
@@ -221,7 +221,8 @@ bool BusyTracker::DrawSampleLocked() {
   sample_rng_ ^= sample_rng_ << 13;
   sample_rng_ ^= sample_rng_ >> 7;
   sample_rng_ ^= sample_rng_ << 17;
-  return options_.uniform_sample_every > 0 && sample_rng_ % static_cast<uint64_t>(options_.uniform_sample_every) == 0;
+  return options_.uniform_sample_every > 0 &&
+         sample_rng_ % static_cast<uint64_t>(options_.uniform_sample_every) == 0;
 }
 
 // --- Launch path ---------------------------------------------------------------------------

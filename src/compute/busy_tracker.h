@@ -149,8 +149,8 @@ struct BusyTrackerOptions {
   // an interval of its own (its tail marked before it, a begin if its stream is idle, a mark after
   // it). While the decaying maximum of such launches (by single_max_decay per launch measured)
   // exceeds uniform_cost_ratio x the deep intervals' maximum + uniform_idle_slack_ns (what an idle
-  // start adds to [begin, mark]: 3.4-4.7 us on an H200, against 1.3 behind a queued launch), the
-  // stream is not uniform.
+  // start adds to [begin, mark]: 4.5-5.8 us on an H200, against 1.2-1.4 behind a busy stream;
+  // bench/compute/event_cost.cu), the stream is not uniform.
   int uniform_sample_every = 64;
   int64_t uniform_idle_slack_ns = 5'000;
   double single_max_decay = 0.99;

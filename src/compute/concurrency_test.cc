@@ -88,6 +88,33 @@ int64_t Work(const Row& row, int target, int64_t event_gpu_ns = 0) {
   return sim.ContainerWorkNs(c, kWarmup, kEnd);
 }
 
+// One container of one process whose one thread runs `w` under `target` (0: natively, without the
+// library), over the window [kWarmup, kEnd).
+struct SoloRun {
+  double work = 0;     // kernel time done (ContainerWorkNs)
+  double busy = 0;     // share of the window its kernels ran (ContainerShare)
+  TrackerStats stats;  // the limiter's tracker (limited runs only)
+};
+
+SoloRun RunSolo(int target, const WorkloadSpec& w, int64_t tick_ns) {
+  SimGpuParams gpu;
+  gpu.hardware_queues = 8;
+  Simulation sim(gpu);
+  ContainerSpec spec;
+  spec.limits = ComputeLimits::FromPercent(target, 0, 1);
+  spec.use_limiter = target > 0;
+  spec.tick_ns = tick_ns;
+  const int c = sim.AddContainer(spec);
+  const int process = sim.AddProcess(c);
+  sim.AddThread(process, w);
+  sim.RunUntil(kEnd);
+  SoloRun run;
+  run.work = static_cast<double>(sim.ContainerWorkNs(c, kWarmup, kEnd));
+  run.busy = sim.ContainerShare(c, kWarmup, kEnd);
+  if (target > 0) run.stats = sim.Stats(process);
+  return run;
+}
+
 TEST(ConcurrencyTest, EveryRowGetsItsShareOfItsOwnThroughput) {
   std::printf("[ matrix ] %-32s %9s %7s %7s\n", "row", "native", "30", "60");
   for (const Row& row : Rows()) {
@@ -171,33 +198,22 @@ TEST(ConcurrencyTest, SynchronisedStepsWithAnExpensiveLaunchAmongCheapOnesAreCou
 // while uniform streams' mark interval could not grow without a deep queue; the H200's launch
 // path check read 0.52-0.81 in that mode). At 60 the share of the native throughput is on target.
 TEST(ConcurrencyTest, HostBoundTinyKernelsKeepTheirLaunchRateAndShare) {
+  WorkloadSpec w;
+  w.kernels_ns = {2 * kUs};
+  w.batch = 1000;  // as bench/compute/concurrency.cu: ~2 ms per batch, two batches in flight
+  w.max_queue = 2 * w.batch;
+  w.skip_full = true;
   double native = 0;
   for (int target : {0, 99, 60}) {
     SCOPED_TRACE(target);
-    SimGpuParams gpu;
-    gpu.hardware_queues = 8;
-    Simulation sim(gpu);
-    ContainerSpec spec;
-    spec.limits = ComputeLimits::FromPercent(target, 0, 1);
-    spec.use_limiter = target > 0;
-    spec.tick_ns = 2 * kMs;
-    const int c = sim.AddContainer(spec);
-    const int process = sim.AddProcess(c);
-    WorkloadSpec w;
-    w.kernels_ns = {2 * kUs};
-    w.batch = 1000;  // as bench/compute/concurrency.cu: ~2 ms per batch, two batches in flight
-    w.max_queue = 2 * w.batch;
-    w.skip_full = true;
-    sim.AddThread(process, w);
-    sim.RunUntil(kEnd);
-    const double work = static_cast<double>(sim.ContainerWorkNs(c, kWarmup, kEnd));
+    const SoloRun run = RunSolo(target, w, 2 * kMs);
     if (target == 0) {
-      native = work;
-      ASSERT_LT(sim.ContainerShare(c, kWarmup, kEnd), 0.9);  // host-bound natively
+      native = run.work;
+      ASSERT_LT(run.busy, 0.9);  // host-bound natively
       continue;
     }
-    const TrackerStats t = sim.Stats(process);
-    const double share = 100.0 * work / native;
+    const TrackerStats& t = run.stats;
+    const double share = 100.0 * run.work / native;
     const double marks = static_cast<double>(t.marks) / static_cast<double>(t.launches);
     std::printf("[ matrix ] host-bound 2 us kernels at %d: %.1f of native, %.3f marks and %.3f queries per launch\n",
                 target, share, marks, static_cast<double>(t.queries) / static_cast<double>(t.launches));
@@ -250,37 +266,26 @@ TEST(ConcurrencyTest, ColocatedContainersEachGetTheirShare) {
 // native busy share leaves 76) and 80.0 at 30, and on an H200 81.8% GPU-Util at 60
 // (docs/benchmarks.md, 2026-11-27). Launches measured alone, now and then at random, see them.
 TEST(ConcurrencyTest, HostBoundMixOfCheapAndExpensiveLaunchesIsCounted) {
+  WorkloadSpec w;
+  w.kernels_ns = {3 * kUs, 3 * kUs, 3 * kUs, 3 * kUs, 40 * kUs};
+  w.think_ns = 10 * kUs;
+  w.sync_every = 50;
   double native = 0, native_busy = 0;
   for (int target : {0, 60, 30}) {
     SCOPED_TRACE(target);
-    SimGpuParams gpu;
-    gpu.hardware_queues = 8;
-    Simulation sim(gpu);
-    ContainerSpec spec;
-    spec.limits = ComputeLimits::FromPercent(target, 0, 1);
-    spec.use_limiter = target > 0;
-    spec.tick_ns = 5 * kMs;
-    const int c = sim.AddContainer(spec);
-    const int process = sim.AddProcess(c);
-    WorkloadSpec w;
-    w.kernels_ns = {3 * kUs, 3 * kUs, 3 * kUs, 3 * kUs, 40 * kUs};
-    w.think_ns = 10 * kUs;
-    w.sync_every = 50;
-    sim.AddThread(process, w);
-    sim.RunUntil(kEnd);
-    const double work = static_cast<double>(sim.ContainerWorkNs(c, kWarmup, kEnd));
+    const SoloRun run = RunSolo(target, w, 5 * kMs);
     if (target == 0) {
-      native = work;
-      native_busy = sim.ContainerShare(c, kWarmup, kEnd);
+      native = run.work;
+      native_busy = run.busy;
       ASSERT_LT(native_busy, 0.9);  // host-bound natively
       continue;
     }
-    const double share = 100.0 * work / native;
+    const double share = 100.0 * run.work / native;
     const double expected = std::min(100.0, target / native_busy);
-    const TrackerStats t = sim.Stats(process);
     std::printf("[ matrix ] host-bound mix of 3 and 40 us kernels at %d: %.1f of native (its busy share leaves %.1f), "
                 "%.3f marks per launch\n",
-                target, share, expected, static_cast<double>(t.marks) / static_cast<double>(t.launches));
+                target, share, expected,
+                static_cast<double>(run.stats.marks) / static_cast<double>(run.stats.launches));
     EXPECT_NEAR(share, expected, 3.0);
   }
 }
