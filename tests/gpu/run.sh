@@ -342,17 +342,22 @@ PY
     H="$DETAIL/compute/host-mix"
     if python3 "$ROOT/bench/compute/host_mix.py" --library "$LIB" --binary "$G/concurrency" --limits 60 \
       --rows mixA,mixC --out "$H" >>"$LOG" 2>&1; then
+      mixes=0
       while IFS='|' read -r mix util detail; do
+        mixes=$((mixes + 1))
         name="compute host-bound mix $mix at 60: GPU-Util within the limit"
         if le "$util" 63; then row "$name" PASS "$detail"; else row "$name" FAIL "$detail; max 63"; fi
       done < <(python3 - "$H/host-mix.json" <<'PY'
 import json, sys
+f = lambda v: "?" if v is None else f"{v:.1f}"
 for r in json.load(open(sys.argv[1]))["results"]:
-    if r.get("limit") is not None and r.get("util") is not None:
-        print(f"{r['row']}|{r['util']:.1f}|GPU-Util {r['util']:.1f}, {r['share']:.1f} of native where its busy share "
-              f"leaves {r['expected']:.1f}, limiter's measure {r.get('measured_ppm', 0) / 1e4:.1f}")
+    if r.get("limit") is not None:  # no GPU-Util: an empty field, which fails the bound
+        print(f"{r['row']}|{f(r.get('util')) if r.get('util') is not None else ''}|GPU-Util {f(r.get('util'))}, "
+              f"{f(r.get('share'))} of native where its busy share leaves {f(r.get('expected'))}, "
+              f"limiter's measure {f(r.get('measured_ppm', 0) / 1e4)}")
 PY
       )
+      [ "$mixes" -gt 0 ] || row "compute host-bound mixes at 60" FAIL "no limited run in $H/host-mix.json"
     else
       row "compute host-bound mixes at 60" FAIL "bench/compute/host_mix.py failed; see $LOG"
     fi
