@@ -626,6 +626,21 @@ TEST(BusyTrackerTest, BeginSkewIsSubtractedFromIntervalsStartingIdle) {
   EXPECT_EQ(rig.Measured(), 98 * kUs);
 }
 
+// Bursts of cheap launches queued deep, each flushed and drained: the stream is learned uniform at
+// 20 us. False when a launch could not be submitted.
+bool LearnUniformAt20Us(Rig& rig) {
+  for (int burst = 0; burst < 8; ++burst) {
+    for (int i = 0; i < 12; ++i) {
+      if (!rig.Launch(rig.s0, 20 * kUs)) return false;
+      rig.Advance(2 * kUs);
+    }
+    rig.tracker.Flush(rig.now);
+    rig.Advance(2 * kMs);
+    rig.Measured();
+  }
+  return true;
+}
+
 // A stream learned uniform from cheap launches caps an interval that may hide a gap at its
 // launches x the cheap cost; a step submitted at once and flushed before the host waits (a
 // server's) has no gap but what precedes its submission, so an expensive launch in it counts in
@@ -634,15 +649,7 @@ TEST(BusyTrackerTest, AUniformStreamsCapYieldsToTimeThatWasSurelyBusy) {
   BusyTrackerOptions options = ExactOptions();
   options.submit_slack_ns = 0;
   Rig rig(options);
-  for (int burst = 0; burst < 8; ++burst) {  // cheap launches queued deep: uniform at 20 us
-    for (int i = 0; i < 12; ++i) {
-      ASSERT_TRUE(rig.Launch(rig.s0, 20 * kUs));
-      rig.Advance(2 * kUs);
-    }
-    rig.tracker.Flush(rig.now);
-    rig.Advance(2 * kMs);
-    rig.Measured();
-  }
+  ASSERT_TRUE(LearnUniformAt20Us(rig));
   ASSERT_EQ(rig.Measured(), rig.Truth());
   for (int step = 0; step < 3; ++step) {
     SCOPED_TRACE(step);
@@ -669,15 +676,7 @@ double SlowMixAfterUniform(int sample_every) {
   BusyTrackerOptions options = ExactOptions();
   options.uniform_sample_every = sample_every;
   Rig rig(options);
-  for (int burst = 0; burst < 8; ++burst) {  // cheap launches queued deep: uniform at 20 us
-    for (int i = 0; i < 12; ++i) {
-      EXPECT_TRUE(rig.Launch(rig.s0, 20 * kUs));
-      rig.Advance(2 * kUs);
-    }
-    rig.tracker.Flush(rig.now);
-    rig.Advance(2 * kMs);
-    rig.Measured();
-  }
+  EXPECT_TRUE(LearnUniformAt20Us(rig));
   int64_t measured_from = 0, truth_from = 0;
   for (int i = 0; i < 600; ++i) {
     if (i == 400) {
