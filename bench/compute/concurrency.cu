@@ -9,7 +9,7 @@
 //                   [--graph-branches B --graph-depth L] [--warmup W] [--seconds D]
 //                   [--barrier DIR NAME] [--clock-spin] [--host-ns N] [--trace FILE]
 //                   [--pause RUN_MS IDLE_MS] [--mark-every N [--query-every M]] [--host-times]
-//                   [--steps N [--expensive-every M --expensive-us E] [--host-us H]]
+//                   [--steps N [--expensive-every M --expensive-us E] [--host-us H] [--stamps FILE]]
 //     --kernel-us      run time of one kernel alone at the maximum SM clock (WorkKernel: a
 //                      chain of dependent loads, sized by IterationsPerUs); it needs that much
 //                      GPU time whoever else runs, so kernels/s is work done also when contexts
@@ -44,6 +44,15 @@
 //                      is a kernel of --expensive-us E instead of --kernel-us (a prefill among
 //                      decode steps). Not with --graph-branches, --trace, --pause, --mark-every,
 //                      --host-times (which times only batches' waits)
+//     --stamps FILE    (--steps, WorkKernel) the kernels stamp the GPU's global timer as their
+//                      first block starts and their last block ends (two atomics per block); the
+//                      launches inside the window are written to FILE: "# concurrency stamps 1",
+//                      "O LOW HIGH" twice (CLOCK_MONOTONIC ns = global timer ns + an offset between
+//                      these bounds, from stamped kernels run alone before the warm-up and after
+//                      the window; the clocks may drift apart in between), then one line
+//                      per launch in launch order, "k START END EXPENSIVE" (global timer ns; 0 or
+//                      1). What the GPU really ran, to hold a limiter's busy time against
+//                      (bench/compute/host_mix.py --stamps)
 //   Prints one JSON line: kernels, seconds, rate (kernels/s), kernel_us, concurrency
 //   (rate x kernel time, with --steps the mix's mean: kernels running at once on average),
 //   kernel ("work" or "clock-spin"), per_kernel (its iterations or cycles), t_start, t_end.
@@ -57,6 +66,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -87,6 +97,7 @@ struct Options {
   int expensive_every = 0;
   double expensive_us = 0;
   double host_us = 0;
+  std::string stamps_path;
 };
 
 struct Shared {
@@ -110,6 +121,13 @@ struct Shared {
   std::atomic<int> phase{0};         // 0 warm-up, 1 measuring, 2 stop
   std::atomic<long long> counted{0};  // kernels completed inside the window
   double t_start = 0, t_end = 0;
+  // --stamps: per launch slot, the first block's start (stored inverted: an atomicMax of ~t keeps
+  // the earliest) and the last block's end on the global timer; slots past stamp_slots unstamped.
+  unsigned long long* stamp_start = nullptr;
+  unsigned long long* stamp_end = nullptr;
+  long long stamp_slots = 0;
+  long long stamp_first = -1, stamp_last = -1;  // launches inside the window: [first, last)
+  std::vector<char> stamp_expensive;            // per slot
 };
 
 // One stream with a ring of batches in flight.
@@ -139,9 +157,30 @@ void SpinHost(double seconds) {
   }
 }
 
-void LaunchKernel(Shared& sh, cudaStream_t stream, bool expensive = false) {
+// The global timer (ns) on the GPU.
+__device__ __forceinline__ unsigned long long GlobalTimer() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
+  return t;
+}
+
+// WorkKernel that stamps its span (--stamps): each block's first thread notes when the block
+// starts and, after the block's work, when it ends.
+__global__ void StampedWorkKernel(long long iterations, unsigned long long* sink, unsigned long long* start,
+                                  unsigned long long* end) {
+  if (threadIdx.x == 0) atomicMax(start, ~GlobalTimer());
+  __syncthreads();
+  WorkChain(iterations, 0, sink, nullptr);
+  __syncthreads();
+  if (threadIdx.x == 0) atomicMax(end, GlobalTimer());
+}
+
+void LaunchKernel(Shared& sh, cudaStream_t stream, bool expensive = false, long long slot = -1) {
   const HostTimer timer(sh);
-  if (sh.clock_spin) {
+  if (slot >= 0) {
+    StampedWorkKernel<<<sh.grid, 256, 0, stream>>>(expensive ? sh.iterations_expensive : sh.iterations, sh.sink,
+                                                   sh.stamp_start + slot, sh.stamp_end + slot);
+  } else if (sh.clock_spin) {
     SpinKernel<<<sh.grid, 256, 0, stream>>>(expensive ? sh.cycles_expensive : sh.cycles, sh.sink);
   } else {
     WorkKernel<<<sh.grid, 256, 0, stream>>>(expensive ? sh.iterations_expensive : sh.iterations, 0, sh.sink,
@@ -249,17 +288,24 @@ void Drive(Shared& sh, std::vector<Lane>* lanes) {
 
 // --steps: a server's loop on one stream. Counts a step's kernels when the window is open as its
 // synchronisation returns.
+// With --stamps, the launches of the steps that start inside the window are stamped, in order.
 void DriveSteps(Shared& sh, Lane* lane, const Options& o) {
-  long long launched = 0;
+  long long launched = 0, stamped = 0;
   while (sh.phase.load(std::memory_order_acquire) != 2) {
+    const bool stamp = sh.stamp_slots > 0 && sh.phase.load(std::memory_order_acquire) == 1 &&
+                       stamped + o.steps <= sh.stamp_slots;
+    if (stamp && sh.stamp_first < 0) sh.stamp_first = stamped;
     for (int k = 0; k < o.steps; ++k) {
       ++launched;
-      LaunchKernel(sh, lane->stream, o.expensive_every > 0 && launched % o.expensive_every == 0);
+      const bool expensive = o.expensive_every > 0 && launched % o.expensive_every == 0;
+      if (stamp) sh.stamp_expensive[stamped] = expensive;
+      LaunchKernel(sh, lane->stream, expensive, stamp ? stamped++ : -1);
     }
     CHECK(cudaStreamSynchronize(lane->stream));
     if (sh.phase.load(std::memory_order_acquire) == 1) sh.counted.fetch_add(o.steps);
     SpinHost(o.host_us * 1e-6);
   }
+  if (sh.stamp_first >= 0) sh.stamp_last = stamped;
 }
 
 cudaGraphExec_t BuildGraph(Shared& sh, cudaStream_t main, int branches, int depth) {
@@ -320,6 +366,7 @@ bool ParseArgs(int argc, char** argv, Options* o) {
     else if (a == "--expensive-every") o->expensive_every = atoi(next("--expensive-every"));
     else if (a == "--expensive-us") o->expensive_us = atof(next("--expensive-us"));
     else if (a == "--host-us") o->host_us = atof(next("--host-us"));
+    else if (a == "--stamps") o->stamps_path = next("--stamps");
     else if (a == "--barrier") {
       o->barrier_dir = next("--barrier");
       o->barrier_name = next("--barrier");
@@ -334,14 +381,16 @@ bool ParseArgs(int argc, char** argv, Options* o) {
     fprintf(stderr, "concurrency: bad arguments (kernel-us > 0, streams a multiple of threads, ...)\n");
     return false;
   }
-  const bool steps_options = o->expensive_every != 0 || o->expensive_us != 0 || o->host_us != 0;
+  const bool steps_options =
+      o->expensive_every != 0 || o->expensive_us != 0 || o->host_us != 0 || !o->stamps_path.empty();
   if (o->steps < 0 || (o->steps == 0 && steps_options) ||
       (o->steps > 0 && (o->streams != 1 || o->threads != 1 || o->graph_branches > 0 || !o->trace_path.empty() ||
                         o->pause_run_s > 0 || o->mark_every > 0 || o->host_times || o->host_us < 0 ||
-                        o->expensive_every < 0 || (o->expensive_every > 0) != (o->expensive_us > 0)))) {
+                        o->expensive_every < 0 || (o->expensive_every > 0) != (o->expensive_us > 0) ||
+                        (!o->stamps_path.empty() && o->clock_spin)))) {
     fprintf(stderr, "concurrency: bad --steps options (N > 0 on one stream and thread, without --graph-branches, "
                     "--trace, --pause, --mark-every or --host-times; --expensive-every M > 0 with --expensive-us E > 0; "
-                    "--host-us >= 0)\n");
+                    "--host-us >= 0; --stamps not with --clock-spin)\n");
     return false;
   }
   return true;
@@ -359,6 +408,56 @@ bool WriteTrace(const std::string& path, Shared& sh) {
   fprintf(f, "# concurrency trace 1\nW %.0f %.0f\n", sh.t_start * 1e9, sh.t_end * 1e9);
   for (const auto& c : sh.completions) fprintf(f, "K %.0f %d\n", c.first * 1e9, c.second);
   for (double r : sh.resumes) fprintf(f, "P %.0f\n", r * 1e9);
+  if (fclose(f) != 0) {
+    fprintf(stderr, "concurrency: cannot write %s: %s\n", path.c_str(), strerror(errno));
+    return false;
+  }
+  return true;
+}
+
+// --stamps: the bounds of the offset from the global timer to CLOCK_MONOTONIC, from stamped
+// one-iteration kernels run alone in the slots past sh.stamp_slots (`first`: 0 before the run, 8
+// after it; the tightest of eight): a kernel starts after the host's clock read before its launch
+// and ends before the one after its synchronisation.
+struct StampBounds {
+  long long low = std::numeric_limits<long long>::min();
+  long long high = std::numeric_limits<long long>::max();
+};
+
+StampBounds StampOffset(Shared& sh, cudaStream_t stream, int first) {
+  StampBounds b;
+  for (int i = first; i < first + 8; ++i) {
+    const long long slot = sh.stamp_slots + i;
+    const double before = Monotonic();
+    StampedWorkKernel<<<1, 256, 0, stream>>>(1, sh.sink, sh.stamp_start + slot, sh.stamp_end + slot);
+    CHECK(cudaGetLastError());
+    CHECK(cudaStreamSynchronize(stream));
+    const double after = Monotonic();
+    unsigned long long start = 0, end = 0;
+    CHECK(cudaMemcpy(&start, sh.stamp_start + slot, sizeof start, cudaMemcpyDeviceToHost));
+    CHECK(cudaMemcpy(&end, sh.stamp_end + slot, sizeof end, cudaMemcpyDeviceToHost));
+    b.low = std::max(b.low, static_cast<long long>(before * 1e9) - static_cast<long long>(~start));
+    b.high = std::min(b.high, static_cast<long long>(after * 1e9) - static_cast<long long>(end));
+  }
+  return b;
+}
+
+bool WriteStamps(const std::string& path, Shared& sh, const StampBounds& before, const StampBounds& after) {
+  const long long n = sh.stamp_first >= 0 ? sh.stamp_last - sh.stamp_first : 0;
+  std::vector<unsigned long long> start(n), end(n);
+  if (n > 0) {
+    CHECK(cudaMemcpy(start.data(), sh.stamp_start + sh.stamp_first, n * sizeof(start[0]), cudaMemcpyDeviceToHost));
+    CHECK(cudaMemcpy(end.data(), sh.stamp_end + sh.stamp_first, n * sizeof(end[0]), cudaMemcpyDeviceToHost));
+  }
+  FILE* f = fopen(path.c_str(), "w");
+  if (!f) {
+    fprintf(stderr, "concurrency: cannot write %s: %s\n", path.c_str(), strerror(errno));
+    return false;
+  }
+  fprintf(f, "# concurrency stamps 1\nO %lld %lld\nO %lld %lld\n", before.low, before.high, after.low, after.high);
+  for (long long i = 0; i < n; ++i) {
+    fprintf(f, "k %llu %llu %d\n", ~start[i], end[i], sh.stamp_expensive[sh.stamp_first + i] ? 1 : 0);
+  }
   if (fclose(f) != 0) {
     fprintf(stderr, "concurrency: cannot write %s: %s\n", path.c_str(), strerror(errno));
     return false;
@@ -398,7 +497,7 @@ int main(int argc, char** argv) {
     fprintf(stderr, "usage: concurrency run --kernel-us K [--streams S] [--threads T] [--blocks-per-sm F] "
                     "[--graph-branches B --graph-depth L] [--warmup W] [--seconds D] [--barrier DIR NAME] [--clock-spin] "
                     "[--host-ns N] [--trace FILE] [--pause RUN_MS IDLE_MS] [--mark-every N [--query-every M]] [--host-times] "
-                    "[--steps N [--expensive-every M --expensive-us E] [--host-us H]]\n");
+                    "[--steps N [--expensive-every M --expensive-us E] [--host-us H] [--stamps FILE]]\n");
     return 2;
   }
   Options o;
@@ -451,6 +550,17 @@ int main(int argc, char** argv) {
     }
     per_thread[l % threads].push_back(lane);
   }
+  StampBounds stamps_before, stamps_after;
+  if (!o.stamps_path.empty()) {  // room for 2 s of 2 us launches; StampOffset's 16 past them
+    sh.stamp_slots = 1 << 20;
+    const size_t bytes = (sh.stamp_slots + 16) * sizeof(unsigned long long);
+    CHECK(cudaMalloc(&sh.stamp_start, bytes));
+    CHECK(cudaMalloc(&sh.stamp_end, bytes));
+    CHECK(cudaMemset(sh.stamp_start, 0, bytes));
+    CHECK(cudaMemset(sh.stamp_end, 0, bytes));
+    sh.stamp_expensive.assign(sh.stamp_slots, 0);
+    stamps_before = StampOffset(sh, per_thread[0][0].stream, 0);
+  }
   const double warm_end = Monotonic() + o.warmup_s;
   std::vector<std::thread> workers;
   if (o.steps > 0) {
@@ -464,6 +574,7 @@ int main(int argc, char** argv) {
   sh.phase.store(2, std::memory_order_release);
   sh.t_end = Monotonic();
   for (auto& w : workers) w.join();
+  if (!o.stamps_path.empty()) stamps_after = StampOffset(sh, per_thread[0][0].stream, 8);
   const double seconds = sh.t_end - sh.t_start;
   const long long kernels = sh.counted.load();
   const double rate = kernels / seconds;
@@ -483,6 +594,11 @@ int main(int argc, char** argv) {
          o.clock_spin ? "clock-spin" : "work", o.clock_spin ? sh.cycles : sh.iterations, sh.t_start, sh.t_end);
   fflush(stdout);
   if (sh.trace && !WriteTrace(o.trace_path, sh)) return 2;
+  if (!o.stamps_path.empty()) {
+    if (!WriteStamps(o.stamps_path, sh, stamps_before, stamps_after)) return 2;
+    CHECK(cudaFree(sh.stamp_start));
+    CHECK(cudaFree(sh.stamp_end));
+  }
   for (auto& lanes : per_thread) {
     for (Lane& lane : lanes) {
       if (lane.graph != nullptr) CHECK(cudaGraphExecDestroy(lane.graph));

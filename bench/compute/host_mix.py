@@ -5,7 +5,7 @@ docs/compute.md ("Uniform streams").
 
 Usage: python3 bench/compute/host_mix.py --library LIB[,LIB2...] [--limits 60,30] [--rounds 1]
                                          [--rows mixA,mixB,mixC] [--warmup 1] [--seconds 3]
-                                         [--binary CONCURRENCY] [--out DIR]
+                                         [--binary CONCURRENCY] [--stamps] [--out DIR]
 
 Each row is bench/compute/concurrency.cu's --steps mode (one thread, one stream, a
 synchronisation after every step; built here with nvcc, or --binary): launches of --kernel-us, every
@@ -19,6 +19,12 @@ round's native run, E (what the limit leaves of the native busy time: min(100, 1
 native GPU-Util), the matrix's "of E"), GPU-Util from the driver's samples over the window, the
 limiter's own measure and its marks and event queries per launch. A limiter whose measure agrees
 with GPU-Util and whose share is E gives the limit exactly. --out keeps host-mix.json and the log.
+--stamps: every run's kernels stamp their spans on the GPU (concurrency.cu --stamps), the limited
+ones trace their busy intervals (VGPU_COMPUTE_TRACE), and bench/compute/busy_truth.py holds the
+two against each other: printed per run, what the GPU ran (the kernels' busy share) against
+GPU-Util and the limiter's measure on the same span, and where the measure's excess lies (per
+launch: between an interval's kernels, in pieces longer than events take, and at its edges).
+The files stay in --out's stamps/ folder (tens of MB per run: keep --seconds short).
 Never changes any GPU setting; exit status 1 when a run failed."""
 import argparse
 import json
@@ -29,6 +35,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 from compute_common import Launcher, UtilSampler, fmt, log, nvcc_build, summary_of, util_of  # noqa: E402
 from compute_matrix import parse_limits  # noqa: E402
+import busy_truth  # noqa: E402
 
 ROWS = {
     "mixA": "--steps 50 --kernel-us 3 --expensive-every 5 --expensive-us 40 --host-ns 10000",
@@ -42,6 +49,10 @@ def expected_share(limit, native_util):
     return None if not native_util else min(100.0, 100.0 * limit / native_util)
 
 
+def per_launch(rec, key):
+    return rec[key] / rec["launches"] if rec.get("launches") and key in rec else None
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--library", required=True, help="libvgpu.so builds, comma-separated")
@@ -51,6 +62,7 @@ def main():
     p.add_argument("--warmup", type=float, default=1.0)
     p.add_argument("--seconds", type=float, default=3.0)
     p.add_argument("--binary", help="a built bench/compute/concurrency.cu (default: build it with nvcc)")
+    p.add_argument("--stamps", action="store_true", help="hold the limiter's busy time against the kernels' stamps")
     p.add_argument("--out")
     args = p.parse_args()
     error = p.error
@@ -78,9 +90,21 @@ def main():
     sampler.start()
     results, failed = [], 0
 
+    stamps_dir = os.path.join(out, "stamps")
+    if args.stamps:
+        os.makedirs(stamps_dir, exist_ok=True)
+    runs = [0]
+
     def run(row, launcher, limit):
         env = launcher.env_for(limit, summary=True) if limit is not None else launcher.env_for(None)
         cmd = [binary, "run"] + ROWS[row].split() + ["--warmup", f"{args.warmup:g}", "--seconds", f"{args.seconds:g}"]
+        runs[0] += 1
+        stamps = os.path.join(stamps_dir, f"{runs[0]}-{row}-{limit or 'native'}.stamps")
+        trace = os.path.join(stamps_dir, f"{runs[0]}-{row}-{limit}.trace") if limit is not None else None
+        if args.stamps:
+            cmd += ["--stamps", stamps]
+            if trace:
+                env["VGPU_COMPUTE_TRACE"] = trace
         stdout, stderr, rc, _ = launcher.run(cmd, env, args.warmup + args.seconds + 60)
         launcher.note(stdout + stderr)
         if rc != 0:
@@ -89,6 +113,22 @@ def main():
         rec = {"rate": res["rate"], "util": util_of(sampler, res)}
         if limit is not None:
             rec.update(summary_of(stderr))
+        if args.stamps:
+            busy = busy_truth.read_library(trace)[2] if trace else None
+            rec["truth"] = busy_truth.analyse(busy_truth.read_stamps(stamps), busy)
+            t = rec["truth"]
+            if not t["launches"]:
+                log("  stamps: no launch stamped")
+                return rec
+            text = (f"  stamps: {t['launches']:,} launches, the kernels busy {fmt(100 * t['kernel_busy'])}% of "
+                    f"{t['span_s']:.3f} s, gaps mean {fmt(t['gap_us']['mean'], 2)} us (p50 "
+                    f"{fmt(t['gap_us']['p50'], 2)}, p90 {fmt(t['gap_us']['p90'], 2)})")
+            if trace:
+                text += (f"; measured {fmt(100 * t['measured'])}%: excess {fmt(t['excess_us'], 3)} us per launch "
+                         f"(between kernels {fmt(t['excess_inner_us'], 3)}, of it in pieces > 4 us "
+                         f"{fmt(t['excess_inner_long_us'], 3)}; edges {fmt(t['excess_edge_us'], 3)}), missed "
+                         f"{fmt(t['missed_us'], 3)} us per launch, offset plateau {fmt(t['plateau_us'], 2)} us")
+            log(text)
         return rec
 
     try:
@@ -115,7 +155,8 @@ def main():
                         log(f"round {rnd + 1} {row} {launcher.library} at {limit}: {rec['share']:.1f} of native "
                             f"(E {fmt(rec['expected'])}), GPU-Util {fmt(rec['util'])}, limiter's measure "
                             f"{fmt(rec.get('measured_ppm', 0) / 1e4)}, {fmt(rec.get('marks_per_launch'), 3)} marks "
-                            f"and {fmt(rec.get('queries_per_launch'), 3)} queries per launch")
+                            f"(begins {fmt(per_launch(rec, 'begins'), 3)}) and "
+                            f"{fmt(rec.get('queries_per_launch'), 3)} queries per launch")
     finally:
         sampler.stop()
         for launcher in launchers:

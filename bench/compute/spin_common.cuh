@@ -30,16 +30,8 @@ __global__ void SpinKernel(long long cycles, unsigned long long* sink) {
   if (threadIdx.x == 0 && now == 0) sink[blockIdx.x] = static_cast<unsigned long long>(now);  // never
 }
 
-// A kernel of a fixed amount of work: the first warp of each block walks a chain of dependent
-// shared-memory loads (each lane its own bank; `step` is 0 at run time, so every load reads the
-// lane's own slot, which the compiler cannot know); the other warps wait at the barrier without
-// issuing. It holds what SpinKernel holds (256 threads per block: 8 such kernels fill an H200's
-// SMs) and, at one load in flight per warp every ~30 cycles, 8 of them on one SM do not slow each
-// other down. Unlike SpinKernel, whose clock64() keeps counting while its context is switched out
-// (a block preempted by another context's time slice resumes and finishes at once), it takes the
-// GPU time it needs whoever else runs. With `cycles` set, block b writes the clock64() cycles its
-// chain took to cycles[b] (the calibration).
-__global__ void WorkKernel(long long iterations, int step, unsigned long long* sink, long long* cycles) {
+// WorkKernel's chain of loads, walked by each block's first warp (the other warps skip it).
+__device__ __forceinline__ void WorkChain(long long iterations, int step, unsigned long long* sink, long long* cycles) {
   __shared__ int ring[32];
   if (threadIdx.x < 32) {
     ring[threadIdx.x] = (threadIdx.x + step) & 31;
@@ -53,6 +45,19 @@ __global__ void WorkKernel(long long iterations, int step, unsigned long long* s
     if (idx < 0) sink[blockIdx.x] = 1;  // never: keeps the chain from being optimised away
     if (cycles != nullptr && threadIdx.x == 0) cycles[blockIdx.x] = clock64() - start;
   }
+}
+
+// A kernel of a fixed amount of work: the first warp of each block walks a chain of dependent
+// shared-memory loads (each lane its own bank; `step` is 0 at run time, so every load reads the
+// lane's own slot, which the compiler cannot know); the other warps wait at the barrier without
+// issuing. It holds what SpinKernel holds (256 threads per block: 8 such kernels fill an H200's
+// SMs) and, at one load in flight per warp every ~30 cycles, 8 of them on one SM do not slow each
+// other down. Unlike SpinKernel, whose clock64() keeps counting while its context is switched out
+// (a block preempted by another context's time slice resumes and finishes at once), it takes the
+// GPU time it needs whoever else runs. With `cycles` set, block b writes the clock64() cycles its
+// chain took to cycles[b] (the calibration).
+__global__ void WorkKernel(long long iterations, int step, unsigned long long* sink, long long* cycles) {
+  WorkChain(iterations, step, sink, cycles);
   __syncthreads();
 }
 
