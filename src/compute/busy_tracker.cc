@@ -522,7 +522,8 @@ PollResult BusyTracker::ProcessMarkLocked(StreamState& st, const PendingMark& ma
       const int64_t span = std::max<int64_t>(time - st.chain_time_ns, 0);  // the interval's own length
       if (mark.launches > 0) NoteSpanLocked(st, span / mark.launches, mark.host_ns);
       int64_t begin = st.chain_time_ns;
-      if (st.chain_from_begin) begin += std::min(options_.begin_skew_ns, (time - begin) / 2);
+      const int64_t skew = options_.mark_gpu_ns + (st.chain_from_begin ? options_.begin_skew_ns : 0);
+      begin += std::min(skew, (time - begin) / 2);
       if (!mark.deep && UniformCostLocked(st)) {
         // A gap may hide in this interval: at most `launches` uniform launches ran in it (with
         // the ratio as slack: the decaying maximum may sit below a launch seen a while ago).

@@ -134,6 +134,12 @@ struct BusyTrackerOptions {
   // H200 (driver 580), [begin, mark] around one launch on an idle stream exceeded NVML's
   // GPU-Util busy time by 0.5-1.4 us, 0.8 on average (docs/compute.md). At most half the interval.
   int64_t begin_skew_ns = 1'000;
+  // Every interval ends at a mark, whose own GPU time is not the container's work: between two
+  // queued kernels on an H200 a mark widened the gap from 1.7 to 3.1 us (the kernels' own stamps,
+  // docs/benchmarks.md 2026-11-27), and charged, a launcher marked at every launch lost that
+  // share of its throughput under the limit. Each interval counts this much less (at most half
+  // of it, with the begin's skew).
+  int64_t mark_gpu_ns = 2'000;
   // A stream is uniform (see above) when its deep intervals' decaying maximum cost per launch is
   // within this ratio of their average, over at least this many deep intervals.
   // Only deep intervals of at most uniform_max_launches launches are samples (single launches'

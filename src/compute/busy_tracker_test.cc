@@ -33,6 +33,7 @@ SimGpuParams ExactGpu() {
 BusyTrackerOptions ExactOptions() {
   BusyTrackerOptions o;
   o.begin_skew_ns = 0;
+  o.mark_gpu_ns = 0;  // ExactGpu's events take no GPU time
   return o;
 }
 

@@ -90,7 +90,9 @@ int Simulation::AddProcess(int container) {
   p->context = gpu_.AddContext();
   c.contexts.push_back(p->context);
   p->ops = std::make_unique<SimEventOps>(&gpu_, p->context, costs_.ops);
-  p->tracker = std::make_unique<BusyTracker>(p->ops.get(), c.spec.tracker, c.spec.shared_busy ? &c.ring : nullptr);
+  BusyTrackerOptions tracker = c.spec.tracker;
+  if (c.spec.mark_gpu_from_gpu) tracker.mark_gpu_ns = gpu_.params().event_gpu_ns;
+  p->tracker = std::make_unique<BusyTracker>(p->ops.get(), tracker, c.spec.shared_busy ? &c.ring : nullptr);
   p->controller = std::make_unique<Controller>(&c.state, &board_, c.signals.get(),
                                                c.spec.controller, c.spec.limits, &turn_);
   p->limiter = std::make_unique<ComputeLimiter>(p->controller.get(), p->tracker.get());

@@ -71,6 +71,9 @@ struct ContainerSpec {
   int64_t signal_window_ns = 200'000'000;
   int64_t signal_lag_ns = 100'000'000;  // signals are computed up to a multiple of this
   int64_t tick_ns = 0;            // > 0: a background Tick() every tick_ns in each process
+  // The trackers take the simulated GPU's event_gpu_ns for tracker.mark_gpu_ns (whose default
+  // describes an H200's events); false: tracker.mark_gpu_ns as given.
+  bool mark_gpu_from_gpu = true;
 };
 
 class Simulation {

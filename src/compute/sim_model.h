@@ -90,6 +90,7 @@ class SimGpu {
   void AdvanceTo(int64_t time);
   int64_t NextChangeNs() const;
   int64_t now() const { return now_; }
+  const SimGpuParams& params() const { return params_; }
 
   int PendingCommands(int stream) const;  // commands not finished (kernels and events)
   int PendingKernels(int stream) const;   // ... of which kernels
