@@ -23,7 +23,7 @@
 #              for one stream (~10 s); VGPU_COMPUTE_TRACE read by bench/compute/trace_report.py
 #              (~10 s); the limited launch path's rate against native, 1 and 16 streams (~20 s);
 #              launchers slower than their kernels, with expensive ones among cheap ones, held
-#              within a limit of 60 by GPU-Util (bench/compute/host_mix.py, ~20 s)
+#              within their share at a limit of 60 (bench/compute/host_mix.py, ~20 s)
 #   matrix     the compute limit's concurrency matrix: streams, host threads, processes, graphs,
 #              a server's steps, cuBLAS, training, serving when bench/serving/serve.py exists,
 #              co-located 30+60 and 3 x 30 (bench/compute_matrix.py, ~12 min with serving: more
@@ -335,25 +335,26 @@ PY
       fi
     done
     # Launchers slower than their kernels, expensive kernels among cheap ones (docs/compute.md,
-    # "Launches measured alone"): at a limit of 60 the GPU-Util of their runs must stay within
-    # 60 + 3 (on the H200, 72.7-84.0 for mixA before launches were measured alone). Their
-    # throughput against what their native busy share leaves is shown (56-65 of native where 69-80
-    # was due: marked densely, the limiter's measure reads above GPU-Util).
+    # "Launches measured alone"): at a limit of 60 their throughput must stay within what their
+    # native busy share leaves (E) + 3 (on the H200 mixA ran at 72.7-84.0% GPU-Util before
+    # launches were measured alone, all of its native throughput). GPU-Util is shown: it counts
+    # the limiter's events, which the limiter does not charge (BusyTrackerOptions::mark_gpu_ns).
     H="$DETAIL/compute/host-mix"
     if python3 "$ROOT/bench/compute/host_mix.py" --library "$LIB" --binary "$G/concurrency" --limits 60 \
       --rows mixA,mixC --out "$H" >>"$LOG" 2>&1; then
       mixes=0
-      while IFS='|' read -r mix util detail; do
+      while IFS='|' read -r mix share bound detail; do
         mixes=$((mixes + 1))
-        name="compute host-bound mix $mix at 60: GPU-Util within the limit"
-        if le "$util" 63; then row "$name" PASS "$detail"; else row "$name" FAIL "$detail; max 63"; fi
+        name="compute host-bound mix $mix at 60: throughput within its share"
+        if le "$share" "$bound"; then row "$name" PASS "$detail"; else row "$name" FAIL "$detail; max $bound"; fi
       done < <(python3 - "$H/host-mix.json" <<'PY'
 import json, sys
 f = lambda v: "?" if v is None else f"{v:.1f}"
 for r in json.load(open(sys.argv[1]))["results"]:
-    if r.get("limit") is not None:  # no GPU-Util: an empty field, which fails the bound
-        print(f"{r['row']}|{f(r.get('util')) if r.get('util') is not None else ''}|GPU-Util {f(r.get('util'))}, "
-              f"{f(r.get('share'))} of native where its busy share leaves {f(r.get('expected'))}, "
+    if r.get("limit") is not None:  # no share or no E: empty fields, which fail the bound
+        share, e = r.get("share"), r.get("expected")
+        print(f"{r['row']}|{f(share) if share is not None else ''}|{f(e + 3) if e is not None else ''}|"
+              f"{f(share)} of native where its busy share leaves {f(e)}, GPU-Util {f(r.get('util'))}, "
               f"limiter's measure {f(r.get('measured_ppm', 0) / 1e4)}")
 PY
       )
