@@ -23,7 +23,9 @@ between two CUDA events after a warm-up. Achieved share = 100 x throughput / nat
 PASS when within +-3 points of the target. Native runs also measure the device time per unit
 behind a blocker kernel and report the GPU-busy fraction (rate x device time): a workload below
 95% is flagged, its ratio overstates the share ("power-capped" instead of "not saturating" when
-GPU-Util is >= 98 all the same: the unit was timed at a higher clock than the loop ran at). NVML GPU-Util (nvidia-smi's utilization.gpu),
+GPU-Util is >= 98 all the same: the unit was timed at a higher clock than the loop ran at). A
+not-saturating workload alone is judged against min(100, target / busy), what a limit leaves of
+its throughput when it takes the target's share of the GPU's time. NVML GPU-Util (nvidia-smi's utilization.gpu),
 read by this process (NVML via ctypes, no preload: the driver's own samples, or polled every
 100 ms; nvidia-smi -lms 100 if NVML cannot be loaded), is averaged over each measurement window
 as a second opinion.
@@ -268,6 +270,15 @@ def analyse(plan, records, s):
                     row["achieved"] = 100.0 * step_res["rate"] / summary[wl]["rate"]
                     row["rate"] = step_res["rate"]
                 rows.append(row)
+    # A native loop that leaves the GPU idle part of the time (not saturating, and not the power
+    # cap's doing): a limit of P leaves it P% of the GPU's time, min(100, P / busy) of its
+    # throughput (bench/compute_matrix.py's "of E").
+    for row in rows:
+        n = summary.get(row["wl"])
+        if (row["scenario"] == "alone" and n and n["busy"] is not None and n["busy"] < MIN_NATIVE_BUSY
+                and not _clock_bound(n)):
+            row["of_e"] = min(100.0, row["target"] / n["busy"])
+            row["check"] = ("near", row["of_e"])
     for row in rows:
         ok = verdict(row.get("achieved"), row["check"])
         row["pass"] = bool(ok) and not row["error"]
@@ -312,8 +323,10 @@ def markdown(rows, summary, s, header):
         cells = []
         for t in targets:
             r = next((r for r in alone if r["wl"] == wl and r["target"] == t), None)
+            of_e = f" of {r['of_e']:.1f}" if r is not None and "of_e" in r else ""
             cells.append("" if r is None else
-                         f"**{fmt(r.get('achieved'))}** ({fmt(r['util'], 0)}, {fmt(r.get('clock'), 0)} MHz) {_result(r)}")
+                         f"**{fmt(r.get('achieved'))}**{of_e} ({fmt(r['util'], 0)}, {fmt(r.get('clock'), 0)} MHz) "
+                         f"{_result(r)}")
         out.append(f"| {WL[wl][1]} | {native} | " + " | ".join(cells) + " |")
     # Scenarios: processes started together (barrier), each against its workload's native rate.
     scen = [r for r in rows if r["scenario"] != "alone"]
@@ -339,7 +352,8 @@ def markdown(rows, summary, s, header):
                          "work: its throughput ratio exceeds its busy share (trust the GPU-Util column more).")
         elif n["busy"] is not None and n["busy"] < MIN_NATIVE_BUSY:
             notes.append(f"- {WL[wl][1]}: the native loop kept the GPU only {100 * n['busy']:.1f}% busy; "
-                         "throughput ratios overstate its busy share (trust the GPU-Util column more).")
+                         "a limit of P leaves it P% of the GPU's time, min(100, P / busy) of its throughput: "
+                         "judged against that (\"of\" in its cells).")
         if not n["busy_ok"]:
             notes.append(f"- {WL[wl][1]}: device time per unit unreliable (the host could not queue the "
                          "calibration batch behind the blocker): its GPU-busy fraction is an upper bound.")
