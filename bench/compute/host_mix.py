@@ -18,8 +18,8 @@ LIBCUDA_LOG_LEVEL=4 for the limiter's summary). Printed per run: kernels/s as a 
 round's native run, E (what the limit leaves of the native busy time: min(100, 100 x limit /
 native GPU-Util), the matrix's "of E"), GPU-Util from the driver's samples over the window, the
 limiter's own measure and its marks (of them begins) and event queries per launch. A limiter
-whose share is E gives the limit exactly (its measure then reads a little above GPU-Util where
-marks are dense: the marks' GPU time is not charged). --out keeps host-mix.json and the log.
+whose share is E gives the limit exactly (GPU-Util then reads a little above its measure where
+marks are dense: GPU-Util counts the marks' GPU time, the limiter does not charge it). --out keeps host-mix.json and the log.
 --stamps: every run's kernels stamp their spans on the GPU (concurrency.cu --stamps), the limited
 ones trace their busy intervals (VGPU_COMPUTE_TRACE), and bench/compute/busy_truth.py holds the
 two against each other: printed per run, what the GPU ran (the kernels' busy share) against
