@@ -35,6 +35,9 @@
 //   submit_slack_ns) of it can be idle; an interval surely busy beyond its cap makes the stream
 //   non-uniform again. Mixed streams keep the dense marking.
 //
+// The limiter's own events. Each interval counts the GPU time of the mark that closes it less
+// (mark_gpu_ns): the events run on the container's time, but they are not its work.
+//
 // Estimates. Each stream keeps an EWMA of busy time per launch. AfterLaunch returns the estimate
 // for the launch (the limiter charges it at submission, so the budget reacts before completion);
 // Poll reports, per batch of completed intervals, the measured busy time and the estimates that
@@ -136,9 +139,10 @@ struct BusyTrackerOptions {
   int64_t begin_skew_ns = 1'000;
   // Every interval ends at a mark, whose own GPU time is not the container's work: between two
   // queued kernels on an H200 a mark widened the gap from 1.7 to 3.1 us (the kernels' own stamps,
-  // docs/benchmarks.md 2026-11-27), and charged, a launcher marked at every launch lost that
-  // share of its throughput under the limit. Each interval counts this much less (at most half
-  // of it, with the begin's skew).
+  // docs/benchmarks.md 2026-11-27) and took 2.0-2.1 us of GPU time (bench/compute/event_cost.cu);
+  // charged, a launcher marked at nearly every launch lost that share of its throughput under the
+  // limit. Each interval counts this much less (at most half of it, with the begin's skew); 2 us
+  // gave host-bound mixes more of their share than 1.2 us, and GPU-Util then reads the limit.
   int64_t mark_gpu_ns = 2'000;
   // A stream is uniform (see above) when its deep intervals' decaying maximum cost per launch is
   // within this ratio of their average, over at least this many deep intervals.

@@ -272,11 +272,18 @@ TEST(ConcurrencyTest, ColocatedContainersEachGetTheirShare) {
 // their cost and the expensive launches went unseen: 99.1 of native at a limit of 60 (where its
 // native busy share leaves 76) and 80.0 at 30, and on an H200 81.8% GPU-Util at 60
 // (docs/benchmarks.md, 2026-11-27). Launches measured alone, now and then at random, see them.
-TEST(ConcurrencyTest, HostBoundMixOfCheapAndExpensiveLaunchesIsCounted) {
+// bench/compute/host_mix.py's mixA: 3 us kernels and every fifth of 40 us, 10 us of host work per
+// launch, a synchronisation every 50.
+WorkloadSpec HostBoundMix() {
   WorkloadSpec w;
   w.kernels_ns = {3 * kUs, 3 * kUs, 3 * kUs, 3 * kUs, 40 * kUs};
   w.think_ns = 10 * kUs;
   w.sync_every = 50;
+  return w;
+}
+
+TEST(ConcurrencyTest, HostBoundMixOfCheapAndExpensiveLaunchesIsCounted) {
+  const WorkloadSpec w = HostBoundMix();
   double native = 0, native_busy = 0;
   for (int target : {0, 60, 30}) {
     SCOPED_TRACE(target);
@@ -306,10 +313,7 @@ TEST(ConcurrencyTest, HostBoundMixOfCheapAndExpensiveLaunchesIsCounted) {
 // which then completed before the launch reached the GPU; longer with events that take time),
 // which the H200 shows too (docs/benchmarks.md, 2026-11-27, the kernels' own stamps).
 TEST(ConcurrencyTest, TheLimitersOwnEventsAreNotChargedToTheContainer) {
-  WorkloadSpec w;
-  w.kernels_ns = {3 * kUs, 3 * kUs, 3 * kUs, 3 * kUs, 40 * kUs};
-  w.think_ns = 10 * kUs;
-  w.sync_every = 50;
+  const WorkloadSpec w = HostBoundMix();
   const int64_t event_gpu = 2 * kUs;
   const SoloRun native = RunSolo(0, w, 5 * kMs, event_gpu);
   ASSERT_LT(native.busy, 0.9);
