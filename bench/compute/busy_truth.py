@@ -27,6 +27,7 @@ intervals, the middle of the offsets that do equally well):
   plateau_us             how far the offset could move without changing the overlap (the first
                          chunk's); the split between inner and edge excess is exact only for
                          intervals whose kernels all lie inside them
+  intervals              the busy intervals (merged) on the span
 Needs no GPU: it reads files. host_mix.py --stamps runs it on every run."""
 import argparse
 import bisect
