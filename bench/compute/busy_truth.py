@@ -196,11 +196,13 @@ def analyse(stamps, trace=None, chunk_ms=50.0, search_us=60.0, long_gap_us=4.0):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--stamps", required=True)
-    p.add_argument("--trace")
-    p.add_argument("--chunk-ms", type=float, default=50.0)
-    p.add_argument("--search-us", type=float, default=60.0)
-    p.add_argument("--long-gap-us", type=float, default=4.0)
+    p.add_argument("--stamps", required=True, help="concurrency.cu --stamps output")
+    p.add_argument("--trace", help="libvgpu.so's VGPU_COMPUTE_TRACE of the same run (its B records)")
+    p.add_argument("--chunk-ms", type=float, default=50.0, help="kernels placed per chunk of this much GPU time")
+    p.add_argument("--search-us", type=float, default=60.0,
+                   help="the first chunk's offset is searched this far around the stamps' own bound")
+    p.add_argument("--long-gap-us", type=float, default=4.0,
+                   help="excess pieces between kernels longer than this are counted apart")
     args = p.parse_args()
     if args.chunk_ms <= 0 or args.search_us <= 0 or args.long_gap_us < 0:
         p.error("--chunk-ms and --search-us must be > 0, --long-gap-us >= 0")
