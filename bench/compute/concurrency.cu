@@ -46,7 +46,8 @@
 //                      --host-times (which times only batches' waits)
 //     --stamps FILE    (--steps, WorkKernel) the kernels stamp the GPU's global timer as their
 //                      first block starts and their last block ends (two atomics per block); the
-//                      launches inside the window are written to FILE: "# concurrency stamps 1",
+//                      launches of the steps started inside the window (the first 2^20) are
+//                      written to FILE: "# concurrency stamps 1",
 //                      "O LOW HIGH" twice (CLOCK_MONOTONIC ns = global timer ns + an offset between
 //                      these bounds, from stamped kernels run alone before the warm-up and after
 //                      the window; the clocks may drift apart in between), then one line
