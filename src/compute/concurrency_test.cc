@@ -264,14 +264,6 @@ TEST(ConcurrencyTest, ColocatedContainersEachGetTheirShare) {
   }
 }
 
-// A launcher slower than its cheap kernels, with an expensive one among them: one thread, 3 us
-// kernels and every fifth one of 40 us, 10 us of host work after each launch, a synchronisation
-// every 50 launches (eager inference on a small batch looks so). Its deep intervals (the queue
-// held them) are the cheap launches queued behind an expensive one, which itself always starts on
-// a stream run dry: learned uniform from the cheap ones, the stream's intervals were capped at
-// their cost and the expensive launches went unseen: 99.1 of native at a limit of 60 (where its
-// native busy share leaves 76) and 80.0 at 30, and on an H200 81.8% GPU-Util at 60
-// (docs/benchmarks.md, 2026-11-27). Launches measured alone, now and then at random, see them.
 // bench/compute/host_mix.py's mixA: 3 us kernels and every fifth of 40 us, 10 us of host work per
 // launch, a synchronisation every 50.
 WorkloadSpec HostBoundMix() {
@@ -282,6 +274,14 @@ WorkloadSpec HostBoundMix() {
   return w;
 }
 
+// A launcher slower than its cheap kernels, with an expensive one among them: one thread, 3 us
+// kernels and every fifth one of 40 us, 10 us of host work after each launch, a synchronisation
+// every 50 launches (eager inference on a small batch looks so). Its deep intervals (the queue
+// held them) are the cheap launches queued behind an expensive one, which itself always starts on
+// a stream run dry: learned uniform from the cheap ones, the stream's intervals were capped at
+// their cost and the expensive launches went unseen: 99.1 of native at a limit of 60 (where its
+// native busy share leaves 76) and 80.0 at 30, and on an H200 81.8% GPU-Util at 60
+// (docs/benchmarks.md, 2026-11-27). Launches measured alone, now and then at random, see them.
 TEST(ConcurrencyTest, HostBoundMixOfCheapAndExpensiveLaunchesIsCounted) {
   const WorkloadSpec w = HostBoundMix();
   double native = 0, native_busy = 0;
