@@ -19,7 +19,8 @@ round's native run, E (what the limit leaves of the native busy time: min(100, 1
 native GPU-Util), the matrix's "of E"), GPU-Util from the driver's samples over the window, the
 limiter's own measure and its marks (of them begins) and event queries per launch. A limiter
 whose share is E gives the limit exactly (GPU-Util then reads a little above its measure where
-marks are dense: GPU-Util counts the marks' GPU time, the limiter does not charge it). --out keeps host-mix.json and the log.
+marks are dense: GPU-Util counts the marks' GPU time, the limiter does not charge it). --out
+keeps host-mix.json and the log.
 --stamps: every run's kernels stamp their spans on the GPU (concurrency.cu --stamps), the limited
 ones trace their busy intervals (VGPU_COMPUTE_TRACE), and bench/compute/busy_truth.py holds the
 two against each other: printed per run, what the GPU ran (the kernels' busy share) against
@@ -28,6 +29,7 @@ launch: between an interval's kernels, in pieces longer than events take, and at
 The files stay in --out's stamps/ folder (tens of MB per run: keep --seconds short).
 Never changes any GPU setting; exit status 1 when a run failed."""
 import argparse
+import itertools
 import json
 import os
 import sys
@@ -94,17 +96,18 @@ def main():
     stamps_dir = os.path.join(out, "stamps")
     if args.stamps:
         os.makedirs(stamps_dir, exist_ok=True)
-    runs = [0]
+    run_numbers = itertools.count(1)  # names each run's stamps and trace
 
     def run(row, launcher, limit):
         env = launcher.env_for(limit, summary=True) if limit is not None else launcher.env_for(None)
         cmd = [binary, "run"] + ROWS[row].split() + ["--warmup", f"{args.warmup:g}", "--seconds", f"{args.seconds:g}"]
-        runs[0] += 1
-        stamps = os.path.join(stamps_dir, f"{runs[0]}-{row}-{limit or 'native'}.stamps")
-        trace = os.path.join(stamps_dir, f"{runs[0]}-{row}-{limit}.trace") if limit is not None else None
+        trace = None
         if args.stamps:
+            name = f"{next(run_numbers)}-{row}-{limit or 'native'}"
+            stamps = os.path.join(stamps_dir, name + ".stamps")
             cmd += ["--stamps", stamps]
-            if trace:
+            if limit is not None:
+                trace = os.path.join(stamps_dir, name + ".trace")
                 env["VGPU_COMPUTE_TRACE"] = trace
         stdout, stderr, rc, _ = launcher.run(cmd, env, args.warmup + args.seconds + 60)
         launcher.note(stdout + stderr)
