@@ -278,13 +278,14 @@ void Chain(const Gpu& g, int n, double us, bool begins, bool marks, std::vector<
   }
 }
 
-// GPU-Util over `seconds` from the driver's own samples (those lying in the window after its
-// first 0.4 s, each covering the ~200 ms before it); -1 when NVML gave none.
+// The NVML entry and device the util part reads.
 struct Nvml {
   NvmlGetSamples get_samples = nullptr;
   void* device = nullptr;
 };
 
+// GPU-Util over [start_us, end_us] (CLOCK_REALTIME) from the driver's own samples (those lying in
+// the window after its first 0.4 s, each covering the ~200 ms before it); -1 when NVML gave none.
 double UtilOver(const Nvml& nvml, double start_us, double end_us) {
   SpinHost(0.5);  // the driver's sample of the window's end arrives late
   std::vector<NvmlSample> samples(512);
