@@ -181,6 +181,10 @@ struct LaunchTicket {
   int32_t slot = -1;          // stream slot, -1 = untracked
   uint32_t generation = 0;    // slot generation (a retired slot is never confused with its reuse)
   int64_t submit_ns = 0;      // BeforeLaunch's `now`
+  // The launch's work cannot start on the GPU before its call returned (a kernel launch; set by
+  // the caller after BeforeLaunch). false for a graph launch, whose first kernels may start while
+  // the call still submits the rest.
+  bool starts_after_return = true;
 };
 
 // Busy time that completed marks revealed.

@@ -358,7 +358,7 @@ void InitForCuInit() {
   g_compute_enabled.store(true, std::memory_order_release);
 }
 
-LaunchGuard::LaunchGuard(CUstream stream, bool ptsz) {
+LaunchGuard::LaunchGuard(CUstream stream, bool ptsz, bool starts_after_return) {
   const CUcontext ctx = CurrentContext();
   if (ctx == nullptr) return;  // the driver refuses the launch the same way
   DeviceLimiter* dl = Find(memory::CurrentDevice(), ctx, /*create=*/true);
@@ -371,6 +371,7 @@ LaunchGuard::LaunchGuard(CUstream stream, bool ptsz) {
     sleeper = &traced;
   }
   ticket_ = dl->limiter.WaitForAdmission(StreamKeyOf(stream, ptsz), compute::SystemClock(), sleeper);
+  ticket_.starts_after_return = starts_after_return;
   device_ = dl;
 }
 

@@ -45,9 +45,12 @@ struct DeviceLimiter;
 
 // Brackets one launch: the constructor waits for admission (may sleep), Finish reports the
 // result. `ptsz`: the call came through a _ptsz entry (stream 0 = the per-thread stream).
+// `starts_after_return`: the launch's work cannot start on the GPU before the call returns (a
+// kernel launch); false for a graph launch or a launch on several devices, whose first work may
+// start while the call still submits the rest (compute::LaunchTicket).
 class LaunchGuard {
  public:
-  LaunchGuard(CUstream stream, bool ptsz);
+  LaunchGuard(CUstream stream, bool ptsz, bool starts_after_return = true);
   LaunchGuard(const LaunchGuard&) = delete;
   LaunchGuard& operator=(const LaunchGuard&) = delete;
   // Returns `result` unchanged.

@@ -80,13 +80,13 @@ CUresult hook_cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gx, unsi
 
 CUresult hook_cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) {
   VGPU_REAL_OR_MISSING(cuGraphLaunch)
-  LaunchGuard guard(hStream, /*ptsz=*/false);
+  LaunchGuard guard(hStream, /*ptsz=*/false, /*starts_after_return=*/false);
   return guard.Finish(real(hGraphExec, hStream));
 }
 
 CUresult hook_cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream) {
   VGPU_REAL_OR_MISSING(cuGraphLaunch_ptsz)
-  LaunchGuard guard(hStream, /*ptsz=*/true);
+  LaunchGuard guard(hStream, /*ptsz=*/true, /*starts_after_return=*/false);
   return guard.Finish(real(hGraphExec, hStream));
 }
 

@@ -59,7 +59,7 @@ CUresult hook_cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS* launchPar
                                 g_cuda.cuStreamGetCtx(stream, &stream_ctx) == CUDA_SUCCESS &&
                                 g_cuda.cuCtxGetCurrent(&current) == CUDA_SUCCESS && stream_ctx != current &&
                                 g_cuda.cuCtxSetCurrent(stream_ctx) == CUDA_SUCCESS;
-    guards.push_back(std::make_unique<LaunchGuard>(stream, /*ptsz=*/false));
+    guards.push_back(std::make_unique<LaunchGuard>(stream, /*ptsz=*/false, /*starts_after_return=*/false));
     if (switch_context) g_cuda.cuCtxSetCurrent(current);
   }
   const CUresult result = real(launchParamsList, numDevices, flags);
