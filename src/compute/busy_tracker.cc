@@ -113,7 +113,8 @@ bool BusyTracker::RecordLocked(StreamState& st, bool begin, bool deep, int64_t n
   const int64_t due = now + std::llround(std::min(drain_ns, static_cast<double>(options_.max_inflight_work_ns)));
   st.pending.push_back(PendingMark{event, begin ? 0 : st.tail_launches, begin,
                                    !begin && st.gap_unmarked, deep, begin ? 0 : st.tail_estimate_ns,
-                                   now, own_horizon_, due});
+                                   now, own_horizon_, due, begin ? 0 : st.tail_first_return_ns,
+                                   begin ? 0 : st.last_launch_ns});
   st.gap_unmarked = false;
   ++stats_.marks;
   if (begin) ++stats_.begins;
@@ -128,7 +129,8 @@ bool BusyTracker::RecordLocked(StreamState& st, bool begin, bool deep, int64_t n
   return true;
 }
 
-// Closes the tail with a mark and adapts K: if the previous mark is still pending, the queue
+// Closes the tail with a mark and adapts K: if the previous mark is still pending (and the
+// stream's latest intervals were deep by their launches' returns: QueuedDeepLocked), the queue
 // held the whole tail, so no gap can hide in it and marks can be sparser; otherwise denser. A
 // uniform stream's marks grow sparser either way: its intervals that may hide a gap are capped
 // (ProcessMarkLocked), so K need not stay small to see its gaps, and a stream of tiny kernels
@@ -140,13 +142,16 @@ void BusyTracker::MarkTailLocked(StreamState& st, int64_t now) {
   bool previous_pending = false;
   if (st.has_last_event && !st.last_event_is_begin) {
     previous_pending = QueryLastEventLocked(st) == EventState::kNotReady;
-    if (previous_pending || UniformCostLocked(st)) {
+    // Pending, but the latest intervals' launches were not all queued behind the marks before
+    // them (their returns say so): the launches may still be on their way to the GPU, and the
+    // queue is not known to be deep.
+    if ((previous_pending && QueuedDeepLocked(st)) || UniformCostLocked(st)) {
       st.mark_interval = std::min(st.mark_interval * 2, options_.max_mark_interval);
     } else {
       st.mark_interval = std::max(st.mark_interval / 2, 1);
     }
   }
-  st.last_mark_deep = previous_pending;
+  st.last_mark_deep = previous_pending && QueuedDeepLocked(st);
   RecordLocked(st, /*begin=*/false, previous_pending, now);
   // On failure the tail stays open and is retried at the next launch (its estimate stands in).
 }
@@ -188,6 +193,12 @@ EventState BusyTracker::QueryEventLocked(EventId event) {
   ++stats_.queries;
   if (has_anchor_ && anchor_ != event) return ops_->QueryAgainst(anchor_, event);
   return ops_->Query(event);
+}
+
+// Whether the stream's recent intervals were deep by their launches' return times (QueuedDeep:
+// BusyTrackerOptions::visible_slack_ns); without a BusyRing, the marks' pending state alone.
+bool BusyTracker::QueuedDeepLocked(const StreamState& st) const {
+  return !has_offset_ || st.queued_run >= options_.queued_run_to_grow;
 }
 
 bool BusyTracker::UniformCostLocked(const StreamState& st) const {
@@ -310,6 +321,7 @@ int64_t BusyTracker::AfterLaunch(const LaunchTicket& ticket, bool launched, int6
       st.slower_share += options_.estimate_gain * ((slower ? 1.0 : 0.0) - st.slower_share);
     }
     st.last_submit_ns = ticket.submit_ns;
+    if (st.tail_launches == 0) st.tail_first_return_ns = ticket.starts_after_return ? now : 0;
     st.tail_launches += 1;
     st.tail_estimate_ns += estimate;
     st.last_launch_ns = now;
@@ -457,7 +469,9 @@ bool BusyTracker::AbsoluteTimeLocked(EventId event, int64_t* time) {
 // drains (for the queued-work bound), and the stream's window of unfinished launches,
 // which grows by the launches that completed (slow start) and halves when the work turned out
 // much larger than estimated (the estimate cannot be trusted to bound the queue).
-void BusyTracker::LearnLocked(StreamState& st, const PendingMark& mark, int64_t busy_ns, int64_t span_ns) {
+void BusyTracker::LearnLocked(StreamState& st, const PendingMark& mark, const Measured& m) {
+  const int64_t busy_ns = m.busy_ns;
+  const int64_t span_ns = m.span_ns;
   if (mark.launches <= 0) return;
   double per_launch = static_cast<double>(busy_ns) / mark.launches;
   double g = options_.estimate_gain;
@@ -480,19 +494,22 @@ void BusyTracker::LearnLocked(StreamState& st, const PendingMark& mark, int64_t 
   // queue never ran dry), what the cap on a possibly gapped interval bounds. Not the union busy
   // time it added: with several streams that is a fraction of its length, and a cap from it cut
   // the intervals after every idle start short (a container under-measured its busy time).
-  const double span_per_launch = static_cast<double>(span_ns) / mark.launches;
-  if (mark.launches == 1 && (mark.deep || st.chain_from_begin) && LaunchedSlowerLocked(st)) {
-    // One launch measured alone, queued behind others or bracketed by a begin (UniformCostLocked),
-    // on a stream where that tells something (LaunchedSlowerLocked).
-    st.single_max_ns = std::max(span_per_launch, st.single_max_ns * options_.single_max_decay);
+  // A launch measured alone with the time before it could start cut off (Measured::bounded) is
+  // such a sample too: a stream whose queue runs dry between its launches has no deep intervals.
+  const double span_per_launch = static_cast<double>(m.deep ? span_ns : m.own_ns) / mark.launches;
+  if (m.alone && LaunchedSlowerLocked(st)) {
+    // One launch measured alone (UniformCostLocked), on a stream where that tells something
+    // (LaunchedSlowerLocked).
+    st.single_max_ns = std::max(static_cast<double>(m.own_ns), st.single_max_ns * options_.single_max_decay);
   }
-  if (mark.deep && mark.launches <= options_.uniform_max_launches) {
+  const bool sample = m.deep || (m.alone && m.bounded);
+  if (sample && mark.launches <= options_.uniform_max_launches) {
     // Few launches per interval: their costs show how much single launches differ (an interval
     // of many launches averages that away).
     st.deep_cost_ns = st.deep_samples > 0 ? st.deep_cost_ns + g * (span_per_launch - st.deep_cost_ns) : span_per_launch;
     st.deep_max_ns = std::max(span_per_launch, st.deep_max_ns * options_.max_cost_decay);
     st.deep_samples = std::min(st.deep_samples + 1, 1 << 30);
-  } else if (mark.deep && span_per_launch > options_.uniform_cost_ratio * st.deep_max_ns) {
+  } else if (sample && span_per_launch > options_.uniform_cost_ratio * st.deep_max_ns) {
     st.deep_samples = 0;  // the launches got more expensive: not uniform until re-learned
     st.deep_max_ns = 0;
   }
@@ -524,7 +541,27 @@ PollResult BusyTracker::ProcessMarkLocked(StreamState& st, const PendingMark& ma
       int64_t begin = st.chain_time_ns;
       const int64_t skew = options_.mark_gpu_ns + (st.chain_from_begin ? options_.begin_skew_ns : 0);
       begin += std::min(skew, (time - begin) / 2);
-      if (!mark.deep && UniformCostLocked(st)) {
+      bool deep = mark.deep;
+      bool bounded = false;
+      if (has_offset_) {  // BusyTrackerOptions::visible_slack_ns
+        const int64_t delay = -offset_low_ns_;  // on the event clock
+        if (mark.first_return_ns > 0) {
+          begin = std::max(begin, std::min(mark.first_return_ns + delay - options_.visible_slack_ns, time));
+          bounded = true;
+        }
+        deep = st.chain_time_ns >= mark.last_return_ns + delay + options_.queued_margin_ns;
+        st.queued_run = deep ? std::min(st.queued_run + 1, 1 << 30) : 0;
+      }
+      // One launch measured alone: queued behind others, bracketed by a begin, or with the time
+      // before it could start cut off; its own time (what it cost from the start the bound
+      // allows), else the interval's length.
+      Measured m;
+      m.deep = deep;
+      m.bounded = bounded;
+      m.alone = mark.launches == 1 && (deep || st.chain_from_begin || bounded);
+      m.own_ns = bounded ? time - begin : span;
+      m.span_ns = span;
+      if (!deep && UniformCostLocked(st)) {
         // A gap may hide in this interval: at most `launches` uniform launches ran in it (with
         // the ratio as slack: the decaying maximum may sit below a launch seen a while ago).
         const int64_t cap = std::llround(mark.launches * st.deep_max_ns * options_.uniform_cost_ratio);
@@ -543,7 +580,8 @@ PollResult BusyTracker::ProcessMarkLocked(StreamState& st, const PendingMark& ma
         begin = std::max(begin, time - std::max(cap, surely_busy));
       }
       result.busy_ns = AddOwnLocked(begin, time);
-      LearnLocked(st, mark, result.busy_ns, span);
+      m.busy_ns = result.busy_ns;
+      LearnLocked(st, mark, m);
     } else {
       result.busy_ns = mark.estimate_ns;  // interval not measurable: the estimate stands
       result.unmeasured_ns = mark.estimate_ns;

@@ -12,8 +12,9 @@
 //     before the launch, so the gap [last mark, begin] is not counted. Launches between marks are
 //     not individually visible, so the mark interval K adapts per stream: it starts at 1 after
 //     every begin (the queue is empty), doubles while the previous mark is still pending when
-//     the next is recorded (the queue held the whole tail, so no gap can hide in it), halves
-//     otherwise, and drops to 1 as soon as the last mark is seen complete while a tail grows
+//     the next is recorded and the stream's recent intervals were deep by their launches' return
+//     times (the queue held the whole tail, so no gap can hide in it: see launches on their way,
+//     below), halves otherwise, and drops to 1 as soon as the last mark is seen complete while a tail grows
 //     (checked at tail lengths 1, 2, 4, ...). Flush() closes every tail; the limiter calls it
 //     before a throttle sleep and the hooks before a context synchronisation, which are exactly
 //     when every stream runs dry (before a wait for one stream or an event: FlushBeforeWait).
@@ -24,8 +25,8 @@
 //     launch is one launch; its span is what the marks see).
 //
 // Uniform streams. Dense marks cost a cuEventRecord (~1.3 us) per launch, which makes a stream of
-//   tiny kernels (5 us) CPU-bound and hides gaps between them. A stream whose deep intervals (the
-//   previous mark still pending when the next was recorded: no gap can hide in them) show one
+//   tiny kernels (5 us) CPU-bound and hides gaps between them. A stream whose deep intervals (no
+//   gap can hide in them) and launches measured alone (below) show one
 //   per-launch cost (decaying maximum within uniform_cost_ratio of the average, over at least
 //   uniform_min_samples intervals of at most uniform_max_launches launches) is "uniform": its
 //   intervals that may contain a gap are capped at launches x that maximum x the ratio (the gap
@@ -37,6 +38,14 @@
 //
 // The limiter's own events. Each interval counts the GPU time of the mark that closes it less
 // (mark_gpu_ns): the events run on the container's time, but they are not its work.
+//
+// Launches on their way. A launch reaches the GPU a while after its call returned; the mark before
+// it may complete meanwhile, and the stream idles inside the interval. An interval starts no
+// sooner than its first launch could (its return + the least delay any event showed:
+// visible_slack_ns), and counts as deep only if the mark that starts it completed after its last
+// launch could have arrived. A launch measured alone with that start (a single launch's interval)
+// is a sample of a launch's cost for the uniform-stream test like a deep one: a stream whose
+// queue runs dry between launches has no deep intervals.
 //
 // Estimates. Each stream keeps an EWMA of busy time per launch. AfterLaunch returns the estimate
 // for the launch (the limiter charges it at submission, so the budget reacts before completion);
@@ -144,6 +153,29 @@ struct BusyTrackerOptions {
   // limit. Each interval counts this much less (at most half of it, with the begin's skew); 2 us
   // gave host-bound mixes more of their share than 1.2 us, and GPU-Util then reads the limit.
   int64_t mark_gpu_ns = 2'000;
+  // A command reaches the GPU some time after the host submitted it: on an H200 kernels started a
+  // median 14 us after the hook's entry, 9 us after the launch call returned (docs/benchmarks.md,
+  // 2026-11-27). The soonest any event completed after its record (the clocks' offset's lower
+  // bound, NoteOffsetLocked: a begin on an idle stream) is the least such delay, D. A kernel
+  // whose launch call returned at r starts no sooner than r + D - visible_slack_ns, so an
+  // interval does not count the time before its first launch could start (the mark before it
+  // completed, the stream ran dry, while the launch was still on its way). And its launches were
+  // all queued behind the mark that starts it (no idle gap can hide in it: deep) only if that
+  // mark completed after r_last + D + queued_margin_ns, r_last when the last one's call returned;
+  // the mark found pending when the next was recorded says nothing while the launches between
+  // them may not have reached the GPU yet; K doubles only after queued_run_to_grow such deep
+  // intervals in a row (their verdicts come with the polls, up to poll_period_ns late). Needs a
+  // BusyRing (the offset is kept only with one); without one, deep is the mark found pending.
+  // On the H200 a slack of 0 cut no kernel time (the kernels' own stamps, 0.002 us per launch
+  // missed) and 0.5 us keeps a margin; the simulation's launch-and-synchronise loop of 5 us
+  // kernels needs at most 0.5 (1 us: 25.9 at a limit of 30). The margin covers the launches'
+  // jitter (on the H200 the tenth percentile of a kernel's start came ~5 us before the median);
+  // 2 us left the simulated host mix 3 points short at 3 us of latency. A run of 4 made the
+  // simulation's four containers of 1.67 ms kernels filling the GPU fall to 26.8 at 30; 1 let K
+  // grow on stale verdicts (the host mix at 8 us of latency: 71.5 where 77.2 is due).
+  int64_t visible_slack_ns = 500;
+  int64_t queued_margin_ns = 4'000;
+  int queued_run_to_grow = 2;
   // A stream is uniform (see above) when its deep intervals' decaying maximum cost per launch is
   // within this ratio of their average, over at least this many deep intervals.
   // Only deep intervals of at most uniform_max_launches launches are samples (single launches'
@@ -183,7 +215,7 @@ struct LaunchTicket {
   int64_t submit_ns = 0;      // BeforeLaunch's `now`
   // The launch's work cannot start on the GPU before its call returned (a kernel launch; set by
   // the caller after BeforeLaunch). false for a graph launch, whose first kernels may start while
-  // the call still submits the rest.
+  // the call still submits the rest (BusyTrackerOptions::visible_slack_ns).
   bool starts_after_return = true;
 };
 
@@ -298,6 +330,9 @@ class BusyTracker {
     int64_t horizon;           // union horizon when it was recorded (pruning bound)
     int64_t due_ns;            // polls do not ask about it before, unless a launch waits for the
                                // stream's queue (poll_delay_fraction)
+    int64_t first_return_ns;   // when the first covered launch's call returned (0: none, or a
+                               // launch that may start before it: LaunchTicket)
+    int64_t last_return_ns;    // ... and the last one's
   };
   // The longest launch span and the streams that had measured launches, per span window: the
   // current window and the one before.
@@ -344,8 +379,12 @@ class BusyTracker {
     int32_t deep_samples = 0;
     double single_max_ns = 0;        // launches measured alone: decaying maximum
     bool sampling = false;           // the launch being submitted gets an interval of its own
-    bool last_mark_deep = false;     // the last mark found the one before it pending
+    bool last_mark_deep = false;     // the last mark found the one before it pending (and the
+                                     // recent intervals were deep: QueuedDeepLocked)
     int64_t last_submit_ns = 0;      // its last launch's LaunchTicket::submit_ns
+    int64_t tail_first_return_ns = 0;  // PendingMark::first_return_ns of the tail
+    int32_t queued_run = 0;          // measured intervals deep by their launches' return times
+                                     // in a row (QueuedDeepLocked)
     double slower_share = 0;         // launches submitted longer than launch_slower_ratio x
                                      // deep_cost_ns after the one before (EWMA, estimate_gain):
                                      // LaunchedSlowerLocked
@@ -364,8 +403,16 @@ class BusyTracker {
   bool AbsoluteTimeLocked(EventId event, int64_t* time);
   PollResult DrainStreamLocked(StreamState& st, int64_t now);
   PollResult ProcessMarkLocked(StreamState& st, const PendingMark& mark);
-  // busy_ns: what the interval added to the union; span_ns: its own length (>= 0).
-  void LearnLocked(StreamState& st, const PendingMark& mark, int64_t busy_ns, int64_t span_ns);
+  // What ProcessMarkLocked found in an interval.
+  struct Measured {
+    bool deep = false;      // no idle gap can hide in it
+    bool bounded = false;   // its start was cut to its first launch's return (visible_slack_ns)
+    bool alone = false;     // it measured one launch alone
+    int64_t own_ns = 0;     // its launches' own time: from the start `bounded` allows, else its length
+    int64_t busy_ns = 0;    // what it added to the union
+    int64_t span_ns = 0;    // its own length (>= 0)
+  };
+  void LearnLocked(StreamState& st, const PendingMark& mark, const Measured& m);
   double QueuedCostLocked(const StreamState& st) const;
   int64_t TickFlushAgeLocked(const StreamState& st) const;
   bool TailDueLocked(const StreamState& st, int64_t now) const;
@@ -378,6 +425,7 @@ class BusyTracker {
   int64_t AddOwnLocked(int64_t begin, int64_t end);
   void ReadRingLocked();
   double EstimateLocked(const StreamState& st) const;
+  bool QueuedDeepLocked(const StreamState& st) const;
   bool UniformCostLocked(const StreamState& st) const;
   double SingleBoundLocked(const StreamState& st) const;
   bool DrawSampleLocked();

@@ -90,6 +90,8 @@ class Rig {
   bool TryLaunch(int stream, int64_t duration, bool graph = false) {
     LaunchTicket ticket;
     if (tracker.BeforeLaunch(stream, now, &ticket) != 0) return false;
+    ticket.starts_after_return = !graph;
+    if (call_ns > 0) Advance(call_ns);  // the launch reaches the GPU's queue as its call returns
     if (graph) {
       gpu_.LaunchGraph(stream, now, std::vector<int64_t>(10, duration / 10));
     } else {
@@ -137,6 +139,7 @@ class Rig {
   int64_t last_estimate = 0;
   int waits = 0;
   int64_t options_probe_wait = BusyTrackerOptions().probe_wait_ns;
+  int64_t call_ns = 0;  // how long a launch call takes (0: none)
   PollResult result;
 };
 
@@ -832,6 +835,35 @@ TEST(BusyTrackerTest, TheObserverSeesEachOwnIntervalOnTheHostClock) {
   EXPECT_NEAR(seen[1].first, 4 * kMs, 1 * kUs);
   EXPECT_NEAR(seen[1].second, 5 * kMs, 1 * kUs);
   EXPECT_EQ(seen[1].second - seen[1].first, 1 * kMs);
+}
+
+// A launch reaches the GPU some time after its call returned (on an H200 kernels started ~9 us
+// after it). A launch made while the mark before it was still pending, which then completed
+// before the launch arrived: the stream ran dry inside the interval. The interval starts no
+// sooner than the launch could (its call's return + the least delay any event showed, from the
+// clocks' offset; a BusyRing keeps it); a graph launch, which may start within its call, keeps it.
+TEST(BusyTrackerTest, ALaunchStillOnItsWayToTheGpuIsNotCountedBeforeItArrives) {
+  SimGpuParams gpu = ExactGpu();
+  gpu.submit_latency_ns = 8 * kUs;
+  for (bool graph : {false, true}) {
+    SCOPED_TRACE(graph);
+    BusyRing ring{};
+    Rig rig(ExactOptions(), gpu, &ring);
+    rig.call_ns = 4 * kUs;
+    ASSERT_TRUE(rig.Launch(rig.s0, 10 * kUs));  // a begin at 0 (done at 8), the kernel [12, 22] us
+    rig.Advance(16 * kUs);                        // now 20 us: its mark (22 us) still pending
+    ASSERT_TRUE(rig.Launch(rig.s0, 10 * kUs, graph));  // returns at 24, on the GPU [32, 42] us
+    rig.Advance(100 * kUs);
+    EXPECT_EQ(rig.tracker.stats().begins, 1);  // the second launch found the stream busy
+    EXPECT_EQ(rig.Truth(), 20 * kUs);
+    const int64_t slack = BusyTrackerOptions().visible_slack_ns;
+    if (!graph) {
+      // [12 - slack, 22] and [32 - slack, 42]; without the bound [8, 22] and [22, 42]: 34 us.
+      EXPECT_EQ(rig.Measured(), 20 * kUs + 2 * slack);
+    } else {
+      EXPECT_EQ(rig.Measured(), 10 * kUs + slack + 20 * kUs);  // the graph's interval whole
+    }
+  }
 }
 
 TEST(BusyTrackerTest, RingSlotsBeingWrittenOrOverwrittenAreHandled) {

@@ -165,6 +165,12 @@ void Simulation::StepLaunch(Thread& th, int64_t t) {
                          : th.next_kernel++ % w.kernels_ns.size();
     return w.kernels_ns[i];
   };
+  // The launch reaches the GPU's queue as its call ends (a driver rings the doorbell late in the
+  // call: on an H200 kernels started ~9 us after the call returned, about what a begin event
+  // takes from its record); the GPU sees it submit_latency_ns later. A graph's kernels count as
+  // possibly starting earlier (LaunchTicket::starts_after_return), as on the driver.
+  cursor += costs_.launch_ns;
+  ticket.starts_after_return = w.graph_kernels == 0;
   if (w.graph_kernels > 0) {
     std::vector<int64_t> kernels;
     for (int i = 0; i < w.graph_kernels; ++i) kernels.push_back(pick());
@@ -172,7 +178,6 @@ void Simulation::StepLaunch(Thread& th, int64_t t) {
   } else {
     gpu_.Launch(stream, cursor, pick(), w.width);
   }
-  cursor += costs_.launch_ns;
   if (limited) p.limiter->AfterLaunch(ticket, true, cursor);
   p.ops->set_cursor(nullptr);
   ++th.launches;
