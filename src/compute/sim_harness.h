@@ -6,7 +6,9 @@
 // SimEventOps; each thread runs a WorkloadSpec: launches kernels (or graphs) round-robin over its
 // streams, optionally synchronising every N launches, thinking between launches, blocking when
 // a stream holds max_queue commands (CUDA's launch queue). Host costs (launch call, event record
-// and query, oversleep of nanosleep, wake-up after a synchronisation) advance the thread's clock.
+// and query, oversleep of nanosleep, wake-up after a synchronisation) advance the thread's clock;
+// a launch reaches the GPU's queue as its call ends (an event as its record starts), and the GPU
+// sees it SimGpuParams::submit_latency_ns later.
 //
 // Deterministic: no wall clock, no threads; randomness from explicit seeds.
 #pragma once
