@@ -195,8 +195,9 @@ EventState BusyTracker::QueryEventLocked(EventId event) {
   return ops_->Query(event);
 }
 
-// Whether the stream's recent intervals were deep by their launches' return times (QueuedDeep:
-// BusyTrackerOptions::visible_slack_ns); without a BusyRing, the marks' pending state alone.
+// Whether the stream's latest intervals were deep by their launches' return times (at least
+// queued_run_to_grow in a row: BusyTrackerOptions::visible_slack_ns); without a BusyRing (no
+// clocks' offset), the marks' pending state alone decides.
 bool BusyTracker::QueuedDeepLocked(const StreamState& st) const {
   return !has_offset_ || st.queued_run >= options_.queued_run_to_grow;
 }
