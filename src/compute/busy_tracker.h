@@ -156,7 +156,9 @@ struct BusyTrackerOptions {
   // A command reaches the GPU some time after the host submitted it: on an H200 kernels started a
   // median 14 us after the hook's entry, 9 us after the launch call returned (docs/benchmarks.md,
   // 2026-11-27). The soonest any event completed after its record (the clocks' offset's lower
-  // bound, NoteOffsetLocked: a begin on an idle stream) is the least such delay, D. A kernel
+  // bound, NoteOffsetLocked: a begin on an idle stream) is the least such delay, D; that bound
+  // loosens by max_clock_drift_ppm while no event completes as soon as it could, so D then grows
+  // (20 us per second: docs/compute.md, "Launches on their way to the GPU"). A kernel
   // whose launch call returned at r starts no sooner than r + D - visible_slack_ns, so an
   // interval does not count the time before its first launch could start (the mark before it
   // completed, the stream ran dry, while the launch was still on its way). And its launches were
