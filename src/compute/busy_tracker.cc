@@ -140,18 +140,20 @@ bool BusyTracker::RecordLocked(StreamState& st, bool begin, bool deep, int64_t n
 void BusyTracker::MarkTailLocked(StreamState& st, int64_t now) {
   if (st.tail_launches == 0) return;
   bool previous_pending = false;
+  bool deep = false;
   if (st.has_last_event && !st.last_event_is_begin) {
     previous_pending = QueryLastEventLocked(st) == EventState::kNotReady;
     // Pending, but the latest intervals' launches were not all queued behind the marks before
     // them (their returns say so): the launches may still be on their way to the GPU, and the
     // queue is not known to be deep.
-    if ((previous_pending && QueuedDeepLocked(st)) || UniformCostLocked(st)) {
+    deep = previous_pending && QueuedDeepLocked(st);
+    if (deep || UniformCostLocked(st)) {
       st.mark_interval = std::min(st.mark_interval * 2, options_.max_mark_interval);
     } else {
       st.mark_interval = std::max(st.mark_interval / 2, 1);
     }
   }
-  st.last_mark_deep = previous_pending && QueuedDeepLocked(st);
+  st.last_mark_deep = deep;
   RecordLocked(st, /*begin=*/false, previous_pending, now);
   // On failure the tail stays open and is retried at the next launch (its estimate stands in).
 }
