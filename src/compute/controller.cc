@@ -161,34 +161,50 @@ uint64_t Controller::TurnToken(int64_t now) {
   return token;
 }
 
-// Wait while another container's claimed work is still in flight; never longer than
-// max_turn_wait_ns in a row (a holder that died, a forged value or a neighbour that never pauses
-// cannot stall us beyond that).
+// Wait while another container's claimed work is still in flight: at most max_turn_wait_ns (with
+// runs: a period) for one holder, and at most max_turn_waits such waits in all while the turn
+// passes from one holder to the next before this container sees it free (a holder that died, a
+// forged value or neighbours that never pause cannot stall us beyond that).
 int64_t Controller::TurnDelayNs(int64_t now) {
   if (!TakesTurns()) return 0;
   const uint64_t holder = turn_->holder.load(kRelaxed);
   const int64_t until = turn_->until_ns.load(kRelaxed);
   if (holder == 0 || holder == TurnToken(now)) {
-    if (turn_wait_since_.load(kRelaxed) != 0) turn_wait_since_.store(0, kRelaxed);
+    ResetTurnWait();
     return 0;
   }
   if (until > now - options_.turn_recent_ns) other_turn_ns_.store(now, kRelaxed);
   if (until <= now) {
-    if (turn_wait_since_.load(kRelaxed) != 0) turn_wait_since_.store(0, kRelaxed);
+    ResetTurnWait();
     return 0;
   }
+  // A wait for each holder in turn: with four containers filling the GPU, a waiter often waits
+  // for two or three turns before it sees the GPU free, and a wait bounded in all made it barge
+  // into the third one's turn; the contexts then time-slice and each one's events count the
+  // other's slices (charged 30 each where their kernels ran 27 at 30 + 30 + 30 + 10).
   int64_t since = turn_wait_since_.load(kRelaxed);
-  if (since == 0) {
+  int64_t first = turn_queue_since_.load(kRelaxed);
+  if (since == 0 || turn_wait_holder_.load(kRelaxed) != holder) {
+    turn_wait_holder_.store(holder, kRelaxed);
     turn_wait_since_.store(now, kRelaxed);
     since = now;
+    if (first == 0) {
+      turn_queue_since_.store(now, kRelaxed);
+      first = now;
+    }
   }
   // With runs, a neighbour's run lasts its share of its period: wait for it whole (runs that
   // overlap time-slice, and each one's events then count the other's work).
   const int64_t max_wait = Running() ? std::max(options_.max_turn_wait_ns, PeriodNs(now))
                                      : options_.max_turn_wait_ns;
-  const int64_t left = max_wait - (now - since);
+  const int64_t left = std::min(max_wait - (now - since), options_.max_turn_waits * max_wait - (now - first));
   if (left <= 0) return 0;  // waited long enough: go (the wait restarts at the next burst)
   return std::min({until - now, left, std::max<int64_t>(options_.turn_poll_ns, 1)});
+}
+
+void Controller::ResetTurnWait() {
+  if (turn_wait_since_.load(kRelaxed) != 0) turn_wait_since_.store(0, kRelaxed);
+  if (turn_queue_since_.load(kRelaxed) != 0) turn_queue_since_.store(0, kRelaxed);
 }
 
 void Controller::ClaimTurn(int64_t busy_ns, int64_t now) {
@@ -206,7 +222,7 @@ void Controller::ClaimTurn(int64_t busy_ns, int64_t now) {
   claimed_until_.store(until, kRelaxed);
   if (!mine) turn_->holder.store(token, kRelaxed);
   if (!mine || until - published >= kClaimStepNs) turn_->until_ns.store(until, kRelaxed);
-  if (turn_wait_since_.load(kRelaxed) != 0) turn_wait_since_.store(0, kRelaxed);
+  ResetTurnWait();
 }
 
 // Not while the published claim reaches beyond this process's own: another process of the

@@ -28,8 +28,8 @@
 //   Turns. Limited containers on one GPU take turns instead of overlapping: time-slicing between
 //   contexts costs GPU time and makes each one's events count the other's slices. An admitted
 //   launch still waits while another container's claimed work is estimated to be in flight
-//   (GpuTurn::until_ns, at most max_turn_wait_ns per burst), and every launch extends the claim
-//   by its estimate. The processes of one container share its token and run together, as they
+//   (GpuTurn::until_ns, at most max_turn_wait_ns per holder and max_turn_waits of those per
+//   burst), and every launch extends the claim by its estimate. The processes of one container share its token and run together, as they
 //   do natively (their BusyRing keeps their events from charging each other's slices). While
 //   another container took a turn recently, bursts are longer (turn_admit_ahead_ns): fewer
 //   hand-overs, each of which leaves the GPU idle ~0.1 ms.
@@ -120,7 +120,10 @@ struct ControllerOptions {
   int64_t turn_admit_ahead_ns = 8'000'000;      // admit_ahead_ns while another container took a
                                                 // turn within turn_recent_ns
   int64_t turn_recent_ns = 200'000'000;
-  int64_t max_turn_wait_ns = 20'000'000;        // a burst waits at most this long for others
+  int64_t max_turn_wait_ns = 20'000'000;        // a burst waits at most this long for another
+                                                // container's turn (with runs: a period)
+  int max_turn_waits = 4;                       // ... and this many such waits in all while the
+                                                // turn passes from holder to holder
   int64_t turn_poll_ns = 500'000;               // a wait for the turn sleeps at most this long at
                                                 // once: a holder done early releases it
   // > 0: runs. Once the debt is paid, every launch of the container (any process, stream or
@@ -213,6 +216,7 @@ class Controller {
   bool TakesTurns() const;
   uint64_t TurnToken(int64_t now);
   int64_t TurnDelayNs(int64_t now);
+  void ResetTurnWait();
   bool Running() const;
   bool SharingGpu(int64_t now) const;
   int64_t RunDelayNs(int64_t now, int64_t debt);
@@ -228,7 +232,9 @@ class Controller {
   GpuTurn* const turn_;
   std::atomic<uint64_t> token_{0};         // the container's name in the turn (0 = not read yet)
   std::atomic<int64_t> other_turn_ns_{0};  // last time another container held the turn
-  std::atomic<int64_t> turn_wait_since_{0};  // start of the current wait for others, 0 = none
+  std::atomic<int64_t> turn_wait_since_{0};    // start of the current wait for others, 0 = none
+  std::atomic<uint64_t> turn_wait_holder_{0};  // ... for this holder
+  std::atomic<int64_t> turn_queue_since_{0};   // start of the waits since the turn was last free
   std::atomic<int64_t> claimed_until_{0};  // this process's claim, ahead of the published one
   std::atomic<int64_t> launch_span_ns_{0};  // SetLaunchSpan
 };

@@ -569,6 +569,28 @@ TEST(ControllerTurnTest, TheWaitForOthersIsBounded) {
   EXPECT_EQ(p.turn.until_ns.load(), kStart + 10 * kSec + 100 * kUs);  // queued behind the claim
 }
 
+TEST(ControllerTurnTest, TheWaitRestartsForEachHolderUpToABoundInAll) {
+  ControllerOptions options = Bursts();
+  TurnPair p(options);
+  // Holder after holder, each claiming most of a wait's bound, the turn never free in between:
+  // b waits for each (it would barge into their turns otherwise), max_turn_waits bounds in all.
+  const int64_t bound = options.max_turn_wait_ns;
+  int64_t now = kStart;
+  int64_t waited = 0;
+  for (uint64_t holder = 100; waited < 10 * bound; ++holder) {
+    p.turn.holder.store(holder);
+    p.turn.until_ns.store(now + bound * 3 / 4);
+    const int64_t turn_end = now + bound * 3 / 4;
+    int64_t wait = 0;
+    while (now < turn_end && (wait = p.b.AdmitDelayNs(now)) > 0) {
+      waited += wait;
+      now += wait;
+    }
+    if (now < turn_end) break;  // b went while this holder's claim was still on
+  }
+  EXPECT_EQ(waited, options.max_turn_waits * bound);
+}
+
 TEST(ControllerTurnTest, WithRunsTheWaitForOthersLastsUpToAPeriod) {
   ControllerOptions options;
   options.period_ns = 500 * kMs;  // a neighbour's run lasts up to its share of a period
