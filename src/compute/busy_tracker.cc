@@ -199,9 +199,10 @@ EventState BusyTracker::QueryEventLocked(EventId event) {
 
 // Whether the stream's latest intervals were deep by their launches' return times (at least
 // queued_run_to_grow in a row: BusyTrackerOptions::visible_slack_ns); without a BusyRing (no
-// clocks' offset), the marks' pending state alone decides.
+// clocks' offset) or without a least launch delay lately, the marks' pending state alone decides.
 bool BusyTracker::QueuedDeepLocked(const StreamState& st) const {
-  return !has_offset_ || st.queued_run >= options_.queued_run_to_grow;
+  int64_t delay = 0;
+  return !LaunchDelayLocked(&delay) || st.queued_run >= options_.queued_run_to_grow;
 }
 
 bool BusyTracker::UniformCostLocked(const StreamState& st) const {
@@ -429,6 +430,7 @@ void BusyTracker::Reset(bool destroy_events) {
   union_ = IntervalUnion(512);
   own_horizon_ = std::numeric_limits<int64_t>::min();
   has_offset_ = false;
+  delay_now_ = delay_before_ = DelayWindow{};
   has_anchor_ = false;
   events_exhausted_ = false;
 }
@@ -530,7 +532,10 @@ PollResult BusyTracker::ProcessMarkLocked(StreamState& st, const PendingMark& ma
   PollResult result;
   int64_t time = 0;
   bool timed = AbsoluteTimeLocked(mark.event, &time);
-  if (timed) NoteOffsetLocked(mark.host_ns, last_poll_ns_, time);
+  if (timed) {
+    NoteOffsetLocked(mark.host_ns, last_poll_ns_, time);
+    if (mark.begin) NoteBeginDelayLocked(time - mark.host_ns, last_poll_ns_);
+  }
   if (!(has_anchor_ && anchor_ == mark.event)) ReleaseEventLocked(mark.event);
   if (st.has_last_event && st.last_event == mark.event) st.has_last_event = false;
   st.pending_launches -= mark.launches;
@@ -546,8 +551,8 @@ PollResult BusyTracker::ProcessMarkLocked(StreamState& st, const PendingMark& ma
       begin += std::min(skew, (time - begin) / 2);
       bool deep = mark.deep;
       bool bounded = false;
-      if (has_offset_) {  // BusyTrackerOptions::visible_slack_ns
-        const int64_t delay = -offset_low_ns_;  // on the event clock
+      int64_t delay = 0;  // on the event clock
+      if (LaunchDelayLocked(&delay)) {  // BusyTrackerOptions::visible_slack_ns
         if (mark.first_return_ns > 0) {
           begin = std::max(begin, std::min(mark.first_return_ns + delay - options_.visible_slack_ns, time));
           bounded = true;
@@ -622,6 +627,30 @@ void BusyTracker::NoteOffsetLocked(int64_t host_ns, int64_t seen_ns, int64_t tim
   }
   offset_noted_ns_ = std::max(offset_noted_ns_, seen_ns);
   host_offset_ns_ = offset_low_ns_ + std::max<int64_t>(offset_high_ns_ - offset_low_ns_, 0) / 2;
+}
+
+// A begin (an event recorded on an idle stream) completed delay_ns after its record (the event's
+// time less the host's clock at the record: the clocks' offset is in it, as in every D).
+void BusyTracker::NoteBeginDelayLocked(int64_t delay_ns, int64_t now) {
+  if (now - delay_now_.start_ns >= options_.delay_window_ns) {
+    delay_before_ = now - delay_now_.start_ns < 2 * options_.delay_window_ns ? delay_now_ : DelayWindow{};
+    delay_now_ = DelayWindow{now};
+  }
+  delay_now_.least_ns = std::min(delay_now_.least_ns, delay_ns);
+}
+
+// D (BusyTrackerOptions::visible_slack_ns): the least delay of the begins of the last one to two
+// delay windows, never less than the clocks' offset's lower bound allows (an older begin, its
+// bound loosened by the drift since). False without a BusyRing or without begins lately.
+bool BusyTracker::LaunchDelayLocked(int64_t* delay_ns) const {
+  if (!has_offset_) return false;
+  const int64_t age = last_poll_ns_ - delay_now_.start_ns;
+  if (age >= 2 * options_.delay_window_ns) return false;
+  const int64_t before = age < options_.delay_window_ns ? delay_before_.least_ns : delay_now_.least_ns;
+  const int64_t least = std::min(delay_now_.least_ns, before);
+  if (least == std::numeric_limits<int64_t>::max()) return false;
+  *delay_ns = std::min(least, -offset_low_ns_);
+  return true;
 }
 
 // This process's interval: what it adds to the union (its own and the others' intervals), then

@@ -41,7 +41,7 @@
 //
 // Launches on their way. A launch reaches the GPU a while after its call returned; the mark before
 // it may complete meanwhile, and the stream idles inside the interval. An interval starts no
-// sooner than its first launch could (its return + the least delay any event showed:
+// sooner than its first launch could (its return + the least delay of the last second's begins:
 // visible_slack_ns), and counts as deep only if the mark that starts it completed after its last
 // launch could have arrived. A launch measured alone with that start (a single launch's interval)
 // is a sample of a launch's cost for the uniform-stream test like a deep one: a stream whose
@@ -155,19 +155,21 @@ struct BusyTrackerOptions {
   int64_t mark_gpu_ns = 2'000;
   // A command reaches the GPU some time after the host submitted it: on an H200 kernels started a
   // median 14 us after the hook's entry, 9 us after the launch call returned (docs/benchmarks.md,
-  // 2026-11-27). The soonest any event completed after its record (the clocks' offset's lower
-  // bound, NoteOffsetLocked: a begin on an idle stream) is the least such delay, D; that bound
-  // loosens by max_clock_drift_ppm while no event completes as soon as it could, so D then grows
-  // (20 us per second: docs/compute.md, "Launches on their way to the GPU"). A kernel
-  // whose launch call returned at r starts no sooner than r + D - visible_slack_ns, so an
-  // interval does not count the time before its first launch could start (the mark before it
-  // completed, the stream ran dry, while the launch was still on its way). And its launches were
-  // all queued behind the mark that starts it (no idle gap can hide in it: deep) only if that
-  // mark completed after r_last + D + queued_margin_ns, r_last when the last one's call returned;
-  // the mark found pending when the next was recorded says nothing while the launches between
-  // them may not have reached the GPU yet; K doubles only after queued_run_to_grow such deep
-  // intervals in a row (their verdicts come with the polls, up to poll_period_ns late). Needs a
-  // BusyRing (the offset is kept only with one); without one, deep is the mark found pending.
+  // 2026-11-27). The least delay from record to completion of the begins (events recorded on an
+  // idle stream) of the last one to two delay_window_ns, on the event clock, is the least such
+  // delay, D (none without begins lately: no bound). A kernel whose launch call returned at r
+  // starts no sooner than r + D - visible_slack_ns, so an interval does not count the time before
+  // its first launch could start (the mark before it completed, the stream ran dry, while the
+  // launch was still on its way). And its launches were all queued behind the mark that starts it
+  // (no idle gap can hide in it: deep) only if that mark completed after r_last + D +
+  // queued_margin_ns, r_last when the last one's call returned; the mark found pending when the
+  // next was recorded says nothing while the launches between them may not have reached the GPU
+  // yet; K doubles only after queued_run_to_grow such deep intervals in a row (their verdicts come
+  // with the polls, up to poll_period_ns late). Needs a BusyRing (the clocks' offset is kept only
+  // with one); without one, or without a D, deep is the mark found pending. D is not the clocks'
+  // offset's lower bound (NoteOffsetLocked), which loosens by max_clock_drift_ppm while no event
+  // completes at once: then D grew 20 us per second and the bound cut real work where no begin
+  // found the GPU free (docs/compute.md, "Launches on their way to the GPU").
   // On the H200 a slack of 0 cut no kernel time (the kernels' own stamps, 0.002 us per launch
   // missed) and 0.5 us keeps a margin; the simulation's launch-and-synchronise loop of 5 us
   // kernels needs at most 0.5 (1 us: 25.9 at a limit of 30). The margin covers the launches'
@@ -178,6 +180,7 @@ struct BusyTrackerOptions {
   int64_t visible_slack_ns = 500;
   int64_t queued_margin_ns = 4'000;
   int queued_run_to_grow = 2;
+  int64_t delay_window_ns = 1'000'000'000;
   // A stream is uniform (see above) when its deep intervals' decaying maximum cost per launch is
   // within this ratio of their average, over at least this many deep intervals.
   // Only deep intervals of at most uniform_max_launches launches are samples (single launches'
@@ -338,6 +341,10 @@ class BusyTracker {
   };
   // The longest launch span and the streams that had measured launches, per span window: the
   // current window and the one before.
+  struct DelayWindow {
+    int64_t start_ns = 0;
+    int64_t least_ns = std::numeric_limits<int64_t>::max();  // max: no begin in it
+  };
   struct SpanWindow {
     int64_t start_ns = 0;
     int64_t longest_ns = 0;
@@ -424,6 +431,8 @@ class BusyTracker {
   void FreeSlotLocked(int slot);
   void NoteSpanLocked(StreamState& st, int64_t span_ns, int64_t now);
   void NoteOffsetLocked(int64_t host_ns, int64_t seen_ns, int64_t time);
+  void NoteBeginDelayLocked(int64_t delay_ns, int64_t now);
+  bool LaunchDelayLocked(int64_t* delay_ns) const;
   int64_t AddOwnLocked(int64_t begin, int64_t end);
   void ReadRingLocked();
   double EstimateLocked(const StreamState& st) const;
@@ -472,6 +481,10 @@ class BusyTracker {
   int64_t offset_high_ns_ = 0;
   int64_t offset_noted_ns_ = 0;
   bool has_offset_ = false;
+  // The least delay of the begins recorded in the current and the previous delay window
+  // (NoteBeginDelayLocked, LaunchDelayLocked); guarded by mu_.
+  DelayWindow delay_now_;
+  DelayWindow delay_before_;
 };
 
 }  // namespace vgpu::compute

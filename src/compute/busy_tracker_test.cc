@@ -866,6 +866,36 @@ TEST(BusyTrackerTest, ALaunchStillOnItsWayToTheGpuIsNotCountedBeforeItArrives) {
   }
 }
 
+// D, the least delay to the GPU, comes from the begins of the last one to two delay windows: a
+// stretch without begins (a stream that never runs dry) leaves no bound rather than a looser one.
+// The clocks' offset's lower bound, which D once was, loosens by the clocks' possible drift while
+// no event completes at once; here the drift is exaggerated (20 us per ms instead of per second)
+// so that 5 ms stand for 5 s: that D grew by more than 100 us and cut real work.
+TEST(BusyTrackerTest, TheLeastDelayToTheGpuComesFromRecentBeginsAndDoesNotGrow) {
+  SimGpuParams gpu = ExactGpu();
+  gpu.submit_latency_ns = 8 * kUs;
+  BusyTrackerOptions options = ExactOptions();
+  options.max_clock_drift_ppm = 20'000;
+  options.delay_window_ns = 1 * kMs;
+  BusyRing ring{};
+  Rig rig(options, gpu, &ring);
+  rig.call_ns = 4 * kUs;
+  ASSERT_TRUE(rig.Launch(rig.s0, 5 * kMs));  // a begin at 0 (done at 8: D = 8 us), the kernel [12, 5012] us
+  for (int i = 0; i < 49; ++i) {
+    rig.Advance(100 * kUs);
+    rig.Measured();  // polls: the begin's bound loosens by the drift
+  }
+  rig.Advance(4992 * kUs - rig.now);
+  // Returns at 4.996 ms, reaches the GPU at 5.004, runs [5012, 5022] us behind the long kernel.
+  ASSERT_TRUE(rig.Launch(rig.s0, 10 * kUs));
+  rig.Advance(1 * kMs);
+  EXPECT_EQ(rig.tracker.stats().begins, 1);
+  // Both kernels whole, and the first launch's call: measured 5 ms later, its begin is too old to
+  // bound its interval. The drifting bound (D = 124 us by then) measured 4.901 ms: it cut 111 us
+  // off the first launch's interval and all of the second one's.
+  EXPECT_EQ(rig.Measured(), rig.Truth() + rig.call_ns);
+}
+
 TEST(BusyTrackerTest, RingSlotsBeingWrittenOrOverwrittenAreHandled) {
   BusyRing ring{};
   Rig rig(ExactOptions(), ExactGpu(), &ring);

@@ -89,8 +89,8 @@ TEST(SharingTest, TwoContainersAt30And60EachGetTheirShare) {
 // claimed end got 23.1 / 23.7 / 24.3 / 6.1 at 30 + 30 + 30 + 10 with 1.67 ms kernels. And a
 // waiter must not barge into a turn: with the wait for the turn bounded in all rather than per
 // holder, those containers' kernels ran 27.0 / 27.1 / 28.2 / 8.1 (90% busy) while each was
-// charged its limit, the contexts time-slicing in ~10% of the time (with a tracker whose least
-// launch delay does not grow; BusyTrackerOptions::visible_slack_ns).
+// charged its limit, the contexts time-slicing in ~10% of the time (BusyTrackerOptions::
+// visible_slack_ns: a least launch delay that grew had hidden part of it).
 std::vector<double> FillingContainers(const std::vector<int>& limits, int64_t kernel_ns, int max_queue) {
   SimGpuParams gpu;
   gpu.context_switch_ns = kH200SwitchNs;
