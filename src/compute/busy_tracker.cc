@@ -640,7 +640,7 @@ void BusyTracker::NoteBeginDelayLocked(int64_t delay_ns, int64_t now) {
 }
 
 // D (BusyTrackerOptions::visible_slack_ns): the least delay of the begins of the last one to two
-// delay windows, never less than the clocks' offset's lower bound allows (an older begin, its
+// delay windows, never more than the clocks' offset's lower bound allows (an older begin, its
 // bound loosened by the drift since). False without a BusyRing or without begins lately.
 bool BusyTracker::LaunchDelayLocked(int64_t* delay_ns) const {
   if (!has_offset_) return false;

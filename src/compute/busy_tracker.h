@@ -180,7 +180,7 @@ struct BusyTrackerOptions {
   int64_t visible_slack_ns = 500;
   int64_t queued_margin_ns = 4'000;
   int queued_run_to_grow = 2;
-  int64_t delay_window_ns = 1'000'000'000;
+  int64_t delay_window_ns = 1'000'000'000;  // D looks back one to two of these windows
   // A stream is uniform (see above) when its deep intervals' decaying maximum cost per launch is
   // within this ratio of their average, over at least this many deep intervals.
   // Only deep intervals of at most uniform_max_launches launches are samples (single launches'
@@ -339,12 +339,14 @@ class BusyTracker {
                                // launch that may start before it: LaunchTicket)
     int64_t last_return_ns;    // ... and the last one's
   };
-  // The longest launch span and the streams that had measured launches, per span window: the
-  // current window and the one before.
+  // The least delay of the begins recorded in one delay window (BusyTrackerOptions::
+  // delay_window_ns).
   struct DelayWindow {
     int64_t start_ns = 0;
     int64_t least_ns = std::numeric_limits<int64_t>::max();  // max: no begin in it
   };
+  // The longest launch span and the streams that had measured launches, per span window: the
+  // current window and the one before.
   struct SpanWindow {
     int64_t start_ns = 0;
     int64_t longest_ns = 0;

@@ -29,8 +29,9 @@
 //   contexts costs GPU time and makes each one's events count the other's slices. An admitted
 //   launch still waits while another container's claimed work is estimated to be in flight
 //   (GpuTurn::until_ns, at most max_turn_wait_ns per holder and max_turn_waits of those per
-//   burst), and every launch extends the claim by its estimate. The processes of one container share its token and run together, as they
-//   do natively (their BusyRing keeps their events from charging each other's slices). While
+//   burst), and every launch extends the claim by its estimate. The processes of one container
+//   share its token and run together, as they do natively (their BusyRing keeps their events
+//   from charging each other's slices). While
 //   another container took a turn recently, bursts are longer (turn_admit_ahead_ns): fewer
 //   hand-overs, each of which leaves the GPU idle ~0.1 ms.
 //   Runs (period_ns > 0, the default). Once the debt is paid (and the GPU's turn is free), every
