@@ -29,6 +29,29 @@ uint64_t RingToken(const void* self) {
   return z != 0 ? z : 1;
 }
 
+// Windows of `length` that look back one to two of them (the span and the begins' delay): the
+// current one, with its start_ns, and the one before it. At `now` a new current window opens
+// once the current one is `length` old; the old one becomes the one before, unless it is older
+// than two lengths.
+template <typename Window>
+void RotateWindows(Window* current, Window* before, int64_t now, int64_t length) {
+  if (now - current->start_ns < length) return;
+  *before = now - current->start_ns < 2 * length ? *current : Window{};
+  *current = Window{};
+  current->start_ns = now;
+}
+
+// What the windows say at `now`: false when the current one is two lengths old (nothing lately);
+// else *previous is the one before it while the current one is younger than a length, an empty
+// window once it is older.
+template <typename Window>
+bool RecentWindows(const Window& current, const Window& before, int64_t now, int64_t length, Window* previous) {
+  const int64_t age = now - current.start_ns;
+  if (age >= 2 * length) return false;
+  *previous = age < length ? before : Window{};
+  return true;
+}
+
 }  // namespace
 
 BusyTracker::BusyTracker(GpuEventOps* ops, const BusyTrackerOptions& options, BusyRing* ring)
@@ -632,10 +655,7 @@ void BusyTracker::NoteOffsetLocked(int64_t host_ns, int64_t seen_ns, int64_t tim
 // A begin (an event recorded on an idle stream) completed delay_ns after its record (the event's
 // time less the host's clock at the record: the clocks' offset is in it, as in every D).
 void BusyTracker::NoteBeginDelayLocked(int64_t delay_ns, int64_t now) {
-  if (now - delay_now_.start_ns >= options_.delay_window_ns) {
-    delay_before_ = now - delay_now_.start_ns < 2 * options_.delay_window_ns ? delay_now_ : DelayWindow{};
-    delay_now_ = DelayWindow{now};
-  }
+  RotateWindows(&delay_now_, &delay_before_, now, options_.delay_window_ns);
   delay_now_.least_ns = std::min(delay_now_.least_ns, delay_ns);
 }
 
@@ -643,11 +663,12 @@ void BusyTracker::NoteBeginDelayLocked(int64_t delay_ns, int64_t now) {
 // delay windows, never more than the clocks' offset's lower bound allows (an older begin, its
 // bound loosened by the drift since). False without a BusyRing or without begins lately.
 bool BusyTracker::LaunchDelayLocked(int64_t* delay_ns) const {
-  if (!has_offset_) return false;
-  const int64_t age = last_poll_ns_ - delay_now_.start_ns;
-  if (age >= 2 * options_.delay_window_ns) return false;
-  const int64_t before = age < options_.delay_window_ns ? delay_before_.least_ns : delay_now_.least_ns;
-  const int64_t least = std::min(delay_now_.least_ns, before);
+  DelayWindow previous;
+  if (!has_offset_ ||
+      !RecentWindows(delay_now_, delay_before_, last_poll_ns_, options_.delay_window_ns, &previous)) {
+    return false;
+  }
+  const int64_t least = std::min(delay_now_.least_ns, previous.least_ns);
   if (least == std::numeric_limits<int64_t>::max()) return false;
   *delay_ns = std::min(least, -offset_low_ns_);
   return true;
@@ -703,10 +724,7 @@ void BusyTracker::ReadRingLocked() {
 }
 
 void BusyTracker::NoteSpanLocked(StreamState& st, int64_t span_ns, int64_t now) {
-  if (now - span_now_.start_ns >= options_.span_window_ns) {
-    span_before_ = now - span_now_.start_ns < 2 * options_.span_window_ns ? span_now_ : SpanWindow{};
-    span_now_ = SpanWindow{now, 0, 0};
-  }
+  RotateWindows(&span_now_, &span_before_, now, options_.span_window_ns);
   span_now_.longest_ns = std::max(span_now_.longest_ns, span_ns);
   if (st.span_window_start_ns != span_now_.start_ns) {
     st.span_window_start_ns = span_now_.start_ns;
@@ -716,9 +734,8 @@ void BusyTracker::NoteSpanLocked(StreamState& st, int64_t span_ns, int64_t now) 
 
 int64_t BusyTracker::LaunchSpanNs(int64_t now) const {
   std::lock_guard<std::mutex> lock(mu_);
-  const int64_t age = now - span_now_.start_ns;
-  if (age >= 2 * options_.span_window_ns) return 0;  // nothing measured lately
-  const SpanWindow before = age < options_.span_window_ns ? span_before_ : SpanWindow{};
+  SpanWindow before;
+  if (!RecentWindows(span_now_, span_before_, now, options_.span_window_ns, &before)) return 0;  // nothing lately
   if (std::max(span_now_.streams, before.streams) < 2) return 0;
   return std::max(span_now_.longest_ns, before.longest_ns);
 }
