@@ -256,8 +256,11 @@ void Controller::Charge(int64_t busy_ns, int64_t now) {
 // Wall time of budget that may be banked at `rate` (none while yielding).
 int64_t Controller::CreditNs(int32_t rate) const {
   if (state_->mode.load(kRelaxed) == static_cast<uint32_t>(Mode::kYield)) return 0;
-  return std::min(options_.max_credit_busy_ns * kFullShare / std::max(rate, 1),
-                  options_.max_credit_wall_ns);
+  rate = std::max(rate, 1);
+  // A bank of c wall ns, spent at full speed, lasts c x rate / (kFullShare - rate).
+  const int64_t burst = std::max(options_.max_credit_burst_ns * (kFullShare - std::min(rate, kFullShare)) / rate,
+                                 options_.min_credit_ns);
+  return std::min({options_.max_credit_busy_ns * kFullShare / rate, options_.max_credit_wall_ns, burst});
 }
 
 void Controller::AddMeasured(int64_t busy_ns) {

@@ -95,6 +95,42 @@ TEST(ControllerTest, IdleTimeBanksOnlyBoundedCredit) {
   EXPECT_EQ(state.vclock_ns.load(), later - credit_wall);
 }
 
+// At a high limit the bank is bounded by how long it lasts at full speed, not by its busy time:
+// 100 ms of busy time at 90% would let a container that idled run flat out for a second. It never
+// falls below min_credit_ns of wall time, the lag of the busy time's measurement.
+TEST(ControllerTest, BankedCreditLastsAtMostABurstAtFullSpeed) {
+  const ControllerOptions options = Bursts();
+  auto bank_after_idling = [&](Controller& c, ComputeShareState& state, int64_t t) {
+    c.AdmitDelayNs(kStart);
+    c.Charge(1 * kMs, kStart);
+    c.Charge(1, t);  // banks what it may
+    return t - state.vclock_ns.load();
+  };
+  {
+    ComputeShareState state{};
+    Controller c(&state, nullptr, nullptr, options, Limits(80));
+    int64_t t = kStart + 10 * kSec;  // idle for 10 s
+    const int64_t bank = bank_after_idling(c, state, t);
+    ASSERT_GT(options.max_credit_burst_ns / 4, options.min_credit_ns);
+    EXPECT_NEAR(static_cast<double>(bank), static_cast<double>(options.max_credit_burst_ns) / 4, 1e3);
+    // Saturating from here (1 ms kernels back to back while admitted), it runs at full speed for
+    // max_credit_burst_ns (and what admit_ahead_ns adds), then at its share.
+    const int64_t from = t;
+    for (int i = 0; i < 2000 && c.AdmitDelayNs(t) == 0; ++i) {
+      c.Charge(1 * kMs, t);
+      t += 1 * kMs;
+    }
+    EXPECT_NEAR(static_cast<double>(t - from),
+                static_cast<double>(options.max_credit_burst_ns + options.admit_ahead_ns * 4), 2.0 * kMs);
+  }
+  {
+    ComputeShareState state{};
+    Controller c(&state, nullptr, nullptr, options, Limits(99));
+    EXPECT_NEAR(static_cast<double>(bank_after_idling(c, state, kStart + 10 * kSec)),
+                static_cast<double>(options.min_credit_ns), 10.0);
+  }
+}
+
 // Credit is budget left unused: a container that never ran has none, so a saturating start gets
 // its share from the first launch (with a full bank, a 1.5 s run at 60 read 66.7).
 TEST(ControllerTest, AContainerStartsWithoutCredit) {
