@@ -3,7 +3,7 @@
 // launches, the GPU time an event takes between two queued kernels, and what a begin/mark pair
 // around one launch reads against the launch's own device time.
 //
-//   event_cost [--iterations N]
+//   event_cost [--iterations N] [--parts host,gpu,bracket,order,util,lookup]   (default: all)
 //
 // Parts (each printed as "part | case | value"):
 //   host      one stream, a WorkKernel of ~8 us per iteration and 20 us of host spin after it (the
@@ -31,12 +31,17 @@
 //             busy time per period, against the chain's span from events around it (a separate
 //             run of the same chains after the same idle time). Shows whether the events' GPU time
 //             counts as busy and how far [begin, mark] exceeds the busy time after idle gaps.
+//   lookup    the other driver calls the limited launch path makes at every launch, besides
+//             events (src/interpose/compute_limit.cc, LaunchGuard): cuCtxGetCurrent,
+//             cuCtxGetDevice, cuStreamIsCapturing (of a created stream and of the legacy one),
+//             and a CLOCK_MONOTONIC read; per call, the mean over a million calls, best of three.
 // Every CUDA return code is checked (exit 2). Clocks are never changed.
 #include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -379,17 +384,65 @@ void UtilPart(const Gpu& g) {
   for (CUevent e : events) CHECK_CU(cuEventDestroy(e));
 }
 
+// --- lookup: the launch path's other driver calls ----------------------------------------------
+template <typename Call>
+double NsPerCall(Call call) {
+  constexpr int kCalls = 1'000'000;
+  double best = 1e30;
+  for (int round = 0; round < 3; ++round) {
+    const double t0 = Monotonic();
+    for (int i = 0; i < kCalls; ++i) call();
+    best = std::min(best, (Monotonic() - t0) * 1e9 / kCalls);
+  }
+  return best;
+}
+
+void LookupPart(const Gpu& g) {
+  CUcontext ctx = nullptr;
+  CUdevice dev = 0;
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  const CUstream stream = reinterpret_cast<CUstream>(g.stream);
+  const double current = NsPerCall([&] { CHECK_CU(cuCtxGetCurrent(&ctx)); });
+  const double device = NsPerCall([&] { CHECK_CU(cuCtxGetDevice(&dev)); });
+  const double capturing = NsPerCall([&] { CHECK_CU(cuStreamIsCapturing(stream, &status)); });
+  const double legacy = NsPerCall([&] { CHECK_CU(cuStreamIsCapturing(CU_STREAM_LEGACY, &status)); });
+  timespec ts{};
+  const double clock = NsPerCall([&] { clock_gettime(CLOCK_MONOTONIC, &ts); });
+  printf("lookup | cuCtxGetCurrent | %.1f ns\n", current);
+  printf("lookup | cuCtxGetDevice | %.1f ns\n", device);
+  printf("lookup | cuStreamIsCapturing, a created stream | %.1f ns\n", capturing);
+  printf("lookup | cuStreamIsCapturing, the legacy stream | %.1f ns\n", legacy);
+  printf("lookup | clock_gettime(CLOCK_MONOTONIC) | %.1f ns\n", clock);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   int iterations = 20'000;
+  std::string parts = "host,gpu,bracket,order,util,lookup";
   for (int i = 1; i < argc; ++i) {
     if (strcmp(argv[i], "--iterations") == 0 && i + 1 < argc) {
       iterations = atoi(argv[++i]);
+    } else if (strcmp(argv[i], "--parts") == 0 && i + 1 < argc) {
+      parts = argv[++i];
     } else {
-      fprintf(stderr, "usage: event_cost [--iterations N]\n");
+      fprintf(stderr, "usage: event_cost [--iterations N] [--parts host,gpu,bracket,order,util,lookup]\n");
       return 2;
     }
+  }
+  const char* known[] = {"host", "gpu", "bracket", "order", "util", "lookup"};
+  auto wanted = [&](const char* part) { return ("," + parts + ",").find(std::string(",") + part + ",") != std::string::npos; };
+  for (size_t start = 0; start <= parts.size();) {
+    const size_t end = std::min(parts.find(',', start), parts.size());
+    const std::string part = parts.substr(start, end - start);
+    bool ok = false;
+    for (const char* k : known) ok = ok || part == k;
+    if (!ok) {
+      fprintf(stderr, "event_cost: --parts %s: unknown part '%s' (host, gpu, bracket, order, util, lookup)\n",
+              parts.c_str(), part.c_str());
+      return 2;
+    }
+    start = end + 1;
   }
   if (iterations < 100) {
     fprintf(stderr, "event_cost: --iterations %d: at least 100\n", iterations);
@@ -401,11 +454,12 @@ int main(int argc, char** argv) {
   CHECK(cudaGetDeviceProperties(&prop, 0));
   g_iterations_per_us = IterationsPerUs(g);
   printf("event_cost: %s, %d SMs, WorkKernel %.1f iterations per us\n", prop.name, g.grid, g_iterations_per_us);
-  HostPart(g, iterations);
-  GpuPart(g);
-  BracketPart(g);
-  OrderPart(g);
-  UtilPart(g);
+  if (wanted("host")) HostPart(g, iterations);
+  if (wanted("gpu")) GpuPart(g);
+  if (wanted("bracket")) BracketPart(g);
+  if (wanted("order")) OrderPart(g);
+  if (wanted("util")) UtilPart(g);
+  if (wanted("lookup")) LookupPart(g);
   CHECK(cudaFree(g.sink));
   CHECK(cudaStreamDestroy(g.stream));
   return 0;
