@@ -431,7 +431,9 @@ int main(int argc, char** argv) {
     }
   }
   const char* known[] = {"host", "gpu", "bracket", "order", "util", "lookup"};
-  auto wanted = [&](const char* part) { return ("," + parts + ",").find(std::string(",") + part + ",") != std::string::npos; };
+  auto wanted = [&](const char* part) {
+    return ("," + parts + ",").find(std::string(",") + part + ",") != std::string::npos;
+  };
   for (size_t start = 0; start <= parts.size();) {
     const size_t end = std::min(parts.find(',', start), parts.size());
     const std::string part = parts.substr(start, end - start);

@@ -11,7 +11,8 @@
 //   are estimates at submission plus corrections (measured - estimated) after completion, so the
 //   long-run busy/elapsed is exactly s for a saturating workload whatever the kernel sizes. The
 //   credit bound (banked budget after idleness, at most max_credit_busy_ns of busy time and
-//   what max_credit_burst_ns at full speed spends; none before the first charge) and the debt bound keep old history from dominating.
+//   what max_credit_burst_ns at full speed spends; none before the first charge) and the debt
+//   bound keep old history from dominating.
 //   Feedback (PI). Every update_period_ns one process (elected by CAS) updates the share actually
 //   applied: rate = target * (1 + kp*e + I), I += ki*e*dt, e = (target - measured)/target, where
 //   measured is the reference share when the injected signals provide one (e.g. NVML per-process
@@ -102,7 +103,8 @@ struct ControllerOptions {
   // (1 - s) x this of busy time (at 90% 100 ms took a second to spend: a training job that banked
   // during its set-up ran 3 points over a limit of 90 in a 1.6 s window that began 0.5 s in) ...
   int64_t max_credit_burst_ns = 250'000'000;
-  // ... but never less than this much wall time: busy time is charged once measured, up to tens
+  // ... but never less than this much wall time (above a share of 83% this floor is the bound:
+  // at 90% 45 ms of busy time, spent in 450 ms): busy time is charged once measured, up to tens
   // of ms after it ran (20 ms queued per stream, 16 streams drained 8 at a time), and a bank
   // smaller than that lag takes budget a saturating container is owed (16 streams of 50 us at 99
   // did 81% of their native work in the simulation with 2.5 ms).
