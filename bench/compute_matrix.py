@@ -22,6 +22,8 @@ Rows (workloads; --rows takes ids or shell patterns such as '16x*,matmul*'):
   by 500 µs of host work).
   bench/compute/torch_workload.py: cuBLAS bf16 8192³ matmul on 1 stream, bf16 4096³ matmuls on 2
   streams, a PyTorch training step (4-layer transformer).
+  bench/compute/jax_workload.py: a jitted JAX training step (an MLP of 4 bf16 layers of 4096²)
+  when JAX is installed; skipped with a message otherwise.
   bench/serving/serve.py (LLM serving, tokens/s) when present; skipped with a message otherwise;
   its processes pinned to the CPUs of --serving-cpus (default: half of the CPUs, when there are
   at least 8), natively and limited alike.
@@ -66,6 +68,7 @@ import argparse
 import collections
 import datetime
 import fnmatch
+import importlib.util
 import json
 import os
 import re
@@ -81,12 +84,14 @@ from compute_common import (ROOT, TOLERANCE, Launcher, UtilSampler, capped_of, c
 
 CONCURRENCY_SRC = os.path.join(ROOT, "bench", "compute", "concurrency.cu")
 TORCH_WORKER = os.path.join(ROOT, "bench", "compute", "torch_workload.py")
+JAX_WORKER = os.path.join(ROOT, "bench", "compute", "jax_workload.py")
 SERVE_SCRIPT = os.path.join(ROOT, "bench", "serving", "serve.py")
 OUTPUT = "compute-matrix"
 
-# kind: spin (concurrency.cu), torch (torch_workload.py) or serving (serve.py); args: the
-# workload's own arguments; procs: processes of one container; init_s: start-up estimate (spawn to
-# the end of set-up, before the warm-up), seconds; windows: its window is this many times --seconds
+# kind: spin (concurrency.cu), torch (torch_workload.py), jax (jax_workload.py) or serving
+# (serve.py); args: the workload's own arguments; procs: processes of one container; init_s:
+# start-up estimate (spawn to the end of set-up, before the warm-up), seconds; windows: its window
+# is this many times --seconds
 # (16x5ms, whose period the limiter stretches to 200 ms for its long concurrent launches: a window
 # of 1.6 s holds 8 periods, and where it falls in the last one moves the share by up to ~4% of
 # itself; 12 periods, ~3%). 16x50us gets 200 ms periods on an H200 too (a launch waits behind
@@ -122,6 +127,9 @@ ROWS = [
     Row("matmul-2streams", "cuBLAS bf16 4096³ matmuls, 2 streams", "torch", "matmul --size 4096 --streams 2", 1,
         "matmuls/s", 5.0),
     Row("train", "PyTorch training step (4-layer transformer)", "torch", "train", 1, "steps/s", 7.0),
+    # not in the issue's matrix; on the H200 (2026-11-27, a scratch run) 34 / 67-70 / 97-98 of
+    # native at 30 / 60 / 90, like the power-capped cuBLAS rows; start-up (import, compile) ~9 s
+    Row("jax-train", "JAX jitted training step (MLP, 4 bf16 layers of 4096²)", "jax", "train", 1, "steps/s", 9.0),
     # start-up 6.5-7.8 s on the H200 machine (2026-11-26): model, profiling pass, CUDA graphs
     Row("serving", "LLM serving (bench/serving/serve.py)", "serving", "", 1, "tokens/s", 10.0),
 ]
@@ -148,6 +156,11 @@ SPAWN_S = 0.3      # process exit and spawn around the run, estimated
 BARRIER_S = 0.5    # a group's start: the last member ready + the 0.3 s start delay
 MIN_CAPPED = 0.5   # native samples with power / thermal clock-event reasons: from here on "power-capped"
 CLOCK_RISE = 1.03  # without reasons: power-capped when a limited run's SM clock is 3% above native
+
+
+def jax_installed():
+    """Whether this interpreter can import JAX (the jax row's worker runs on it)."""
+    return importlib.util.find_spec("jax") is not None
 
 
 def label_of(row_id, labels=None):
@@ -224,6 +237,10 @@ class Settings:
             self.rows.remove("serving")
             shown = os.path.relpath(self.serve_script, ROOT) if args.serve_script == SERVE_SCRIPT else self.serve_script
             self.skipped.append(("serving", f"{shown} not found: the serving row is skipped"))
+        for rid in [r for r in self.rows if ROW[r].kind == "jax"]:
+            if not self.workload_cmd and not jax_installed():
+                self.rows.remove(rid)
+                self.skipped.append((rid, f"JAX is not installed for {sys.executable}: the {rid} row is skipped"))
 
 
 def serving_cpus(text, error, allowed=None, have_taskset=None):
@@ -348,9 +365,10 @@ class MatrixRunner:
             program, tail = [self.spin_bin or "concurrency"], ["run"] + row.args.split() + ["--warmup", w, "--seconds", d]
             if self.s.clock_spin:
                 tail.append("--clock-spin")
-        elif row.kind == "torch":
+        elif row.kind in ("torch", "jax"):
             name, *extra = row.args.split()
-            program, tail = [sys.executable, TORCH_WORKER], [name, w, d] + extra
+            worker = TORCH_WORKER if row.kind == "torch" else JAX_WORKER
+            program, tail = [sys.executable, worker], [name, w, d] + extra
         else:
             program, tail = [sys.executable, self.s.serve_script], ["--warmup", w, "--seconds", d] + shlex.split(
                 self.s.serving_args)

@@ -9,7 +9,7 @@ bench/compute_common.py's launcher).
 The library is preloaded into the fake's processes in the "limited" runs: give it one that does
 nothing (the build's bench/libvgpu_null_preload.so). The same file is the fake workload:
 
-    compute_matrix_test.py fake <spin|torch|serving> <the workload's arguments>
+    compute_matrix_test.py fake <spin|torch|jax|serving> <the workload's arguments>
 
 It honours --barrier DIR NAME like the real workloads, sleeps through its window and prints the
 real workload's JSON line: a native rate that depends on the arguments, times P / 100 when
@@ -36,6 +36,9 @@ import unittest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import compute_matrix as cm  # noqa: E402
+
+JAX_INSTALLED = cm.jax_installed
+cm.jax_installed = lambda: True  # plans as on the GPU machine, where JAX is installed, wherever this runs
 
 LIBRARY = None  # set from argv
 
@@ -75,9 +78,10 @@ def fake(argv):
     if kind == "spin":
         warmup, seconds = float(_option(args, "--warmup")), float(_option(args, "--seconds"))
         base = int(_option(args, "--streams", "1")) * 1e6 / float(_option(args, "--kernel-us"))
-    elif kind == "torch":
+    elif kind in ("torch", "jax"):
         warmup, seconds = float(args[1]), float(args[2])
-        base = {"matmul": 600.0, "train": 58.0}[args[0]] * int(_option(args, "--streams", "1"))
+        rates = {"matmul": 600.0, "train": 58.0} if kind == "torch" else {"train": 720.0}
+        base = rates[args[0]] * int(_option(args, "--streams", "1"))
     else:
         warmup, seconds = float(_option(args, "--warmup")), float(_option(args, "--seconds"))
         for i, a in enumerate(args):  # the last --warmup / --seconds win, as argparse has it
@@ -108,7 +112,7 @@ def fake(argv):
               "(2 begins), 40 queries (0 by polls), 0 event errors; 3 queue waits (0.6 ms; window 3, work 0, age "
               "0); 0 intervals of other processes read (0 skipped); period 50.0 ms", file=sys.stderr)
     result = {"rate": rate, "t_start": t_start, "t_end": time.monotonic()}
-    if kind == "torch":
+    if kind in ("torch", "jax"):
         result["t_ready"] = t_ready
         if "--calibrate" in args:
             result.update(busy=1.0, dev_unit_ok=True, dev_unit_s=1.0 / base)
@@ -212,12 +216,24 @@ class Plan(unittest.TestCase):
         # tests/gpu/run.sh runs the matrix in two parts (its header), each with ~1 min of library
         # build in one 10-minute call; between them they run every row and both co-located rows
         rows = set()
-        for part, colocated in (("1x*,2x*,4x*,8x*,16x*,4threads*,graph*,*procs*,steps*", "4x200us"),
+        for part, colocated in (("1x*,2x*,4x*,8x*,16x*,4threads*,graph*,*procs*,steps*,jax*", "4x200us"),
                                 ("matmul*,train,serving", "matmul")):
             s = settings(rows=part, colocated=colocated, serve_script=os.path.abspath(__file__))
             self.assertLess(cm.estimate_seconds(cm.build_plan(s), s), 500, part)
             rows.update(s.rows)
         self.assertEqual(rows, set(cm.ROW))
+
+    def test_the_jax_row_is_skipped_without_jax(self):
+        try:
+            cm.jax_installed = lambda: False
+            s = settings(rows="jax*,train")
+            self.assertEqual(s.rows, ["train"])
+            self.assertEqual(s.skipped, [("jax-train", f"JAX is not installed for {sys.executable}: the jax-train row "
+                                                       "is skipped")])
+            self.assertEqual(settings(rows="jax*", workload_cmd="fake").rows, ["jax-train"])  # the fake needs no JAX
+        finally:
+            cm.jax_installed = lambda: True
+        self.assertIsInstance(JAX_INSTALLED(), bool)
 
     def test_rows_by_pattern_and_groups_follow_rows(self):
         s = settings(rows="16x*,matmul*")

@@ -25,12 +25,12 @@
 #              launchers slower than their kernels, with expensive ones among cheap ones, held
 #              within their share at a limit of 60 (bench/compute/host_mix.py, ~20 s)
 #   matrix     the compute limit's concurrency matrix: streams, host threads, processes, graphs,
-#              a server's steps, cuBLAS, training, serving when bench/serving/serve.py exists,
+#              a server's steps, cuBLAS, training (PyTorch; JAX when installed), serving when serve.py exists,
 #              co-located 30+60 and 3 x 30 (bench/compute_matrix.py, ~12 min with serving: more
 #              than one device call; --quick: limits 30 and 60, ~6 min); VGPU_MATRIX_BUDGET=S
 #              passes --budget S (rows that would end later are not run), VGPU_MATRIX_ARGS="..."
 #              more options, e.g. one part per call:
-#                "--rows '1x*,2x*,4x*,8x*,16x*,4threads*,graph*,*procs*,steps*' --colocated 4x200us",
+#                "--rows '1x*,2x*,4x*,8x*,16x*,4threads*,graph*,*procs*,steps*,jax*' --colocated 4x200us",
 #                then "--rows 'matmul*,train,serving' --colocated matmul"
 #              (bench/compute_matrix_test.py checks that each fits a call), joined
 #              afterwards with bench/compute_matrix.py --from-json A.json B.json --out DIR
