@@ -26,7 +26,7 @@
 #              within their share at a limit of 60 (bench/compute/host_mix.py, ~20 s)
 #   matrix     the compute limit's concurrency matrix: streams, host threads, processes, graphs,
 #              a server's steps, cuBLAS, training (PyTorch; JAX when installed), serving when serve.py exists,
-#              co-located 30+60 and 3 x 30 (bench/compute_matrix.py, ~12 min with serving: more
+#              co-located 30+60 and 3 x 30 (bench/compute_matrix.py, ~14 min with serving: more
 #              than one device call; --quick: limits 30 and 60, ~6 min); VGPU_MATRIX_BUDGET=S
 #              passes --budget S (rows that would end later are not run), VGPU_MATRIX_ARGS="..."
 #              more options, e.g. one part per call:
