@@ -19,6 +19,8 @@ import os
 import sys
 import time
 
+from warmup_barrier import warm_up
+
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 BATCH_S = 0.010  # native work per batch
@@ -90,29 +92,7 @@ def main():
         state["loss"].block_until_ready()
         state["ends"].clear()
 
-    warm_end = t_ready + args.warmup_s
-    ready_written = args.barrier is None
-    go_at = None
-    while True:
-        submit_batch()
-        now = time.monotonic()
-        if now < warm_end:
-            continue
-        if args.barrier is None:
-            break
-        bdir, name = args.barrier
-        if not ready_written:
-            open(os.path.join(bdir, "ready." + name), "w").close()
-            ready_written = True
-        go = os.path.join(bdir, "go")
-        if go_at is None and os.path.exists(go):
-            with open(go) as f:
-                text = f.read().strip()
-            go_at = float(text) if text else None
-        if go_at is not None and now >= go_at:
-            break
-        if now > warm_end + 120:
-            sys.exit("jax_workload: barrier timeout")
+    warm_up(submit_batch, t_ready + args.warmup_s, args.barrier, "jax_workload")
 
     drain()
     at_start = state["submitted"]

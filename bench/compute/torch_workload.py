@@ -20,11 +20,12 @@ spin.cu. Errors raise (every CUDA call in torch is checked), and the process exi
 import argparse
 import json
 import math
-import os
 import sys
 import time
 
 import torch
+
+from warmup_barrier import warm_up
 
 
 def sleep_cycles_per_us():
@@ -203,29 +204,7 @@ def main():
             stream.wait_stream(s)
         ev.record(stream)
 
-    warm_end = t_ready + args.warmup_s
-    ready_written = args.barrier is None
-    go_at = None
-    while True:
-        submit_batch()
-        now = time.monotonic()
-        if now < warm_end:
-            continue
-        if args.barrier is None:
-            break
-        bdir, name = args.barrier
-        if not ready_written:
-            open(os.path.join(bdir, "ready." + name), "w").close()
-            ready_written = True
-        go = os.path.join(bdir, "go")
-        if go_at is None and os.path.exists(go):
-            with open(go) as f:
-                text = f.read().strip()
-            go_at = float(text) if text else None
-        if go_at is not None and now >= go_at:
-            break
-        if now > warm_end + 120:
-            sys.exit("torch_workload: barrier timeout")
+    warm_up(submit_batch, t_ready + args.warmup_s, args.barrier, "torch_workload")
 
     ev_a, ev_b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     record_joined(ev_a)
