@@ -91,14 +91,13 @@ OUTPUT = "compute-matrix"
 # kind: spin (concurrency.cu), torch (torch_workload.py), jax (jax_workload.py) or serving
 # (serve.py); args: the workload's own arguments; procs: processes of one container; init_s:
 # start-up estimate (spawn to the end of set-up, before the warm-up), seconds; windows: its window
-# is this many times --seconds
-# (16x5ms, whose period the limiter stretches to 200 ms for its long concurrent launches: a window
-# of 1.6 s holds 8 periods, and where it falls in the last one moves the share by up to ~4% of
-# itself; 12 periods, ~3%). 16x50us gets 200 ms periods on an H200 too (a launch waits behind
-# another stream's batch in their shared hardware queue; the limiter's summary: period 200.0 ms):
-# at 60 its 120 ms runs and ~90 ms rests made 1.6 s windows read 55.9-60.4 (2 s: 56.1-59.6, the
-# phase alone worth up to +-3.2 points at 1.6 s: share x (1 - share) x period / window), so twice
-# the window.
+# is this many times --seconds (16x5ms, whose period the limiter stretches to 200 ms for its long
+# concurrent launches: a window of 1.6 s holds 8 periods, and where it falls in the last one moves
+# the share by up to ~4% of itself; 12 periods, ~3%). 16x50us gets 200 ms periods on an H200 too (a
+# launch waits behind another stream's batch in their shared hardware queue; the limiter's summary:
+# period 200.0 ms): at 60 its 120 ms runs and ~90 ms rests made 1.6 s windows read 55.9-60.4 (2 s:
+# 56.1-59.6, the phase alone worth up to +-3.2 points at 1.6 s: share x (1 - share) x period /
+# window), so twice the window.
 Row = collections.namedtuple("Row", "id label kind args procs unit init_s windows", defaults=(1,))
 ROWS = [
     Row("1x5us", "1 stream, 5 µs kernels", "spin", "--streams 1 --kernel-us 5", 1, "kernels/s", 0.5),
@@ -129,7 +128,8 @@ ROWS = [
     Row("train", "PyTorch training step (4-layer transformer)", "torch", "train", 1, "steps/s", 7.0),
     # not in the matrix; on the H200 (2026-11-27, a scratch run) 34 / 67-70 / 97-98 of
     # native at 30 / 60 / 90, like the power-capped cuBLAS rows; start-up (import, compile) ~9 s
-    Row("jax-train", "JAX jitted training step (MLP, 4 bf16 layers of 4096²)", "jax", "train", 1, "steps/s", 9.0),
+    Row("jax-train", "JAX jitted training step (MLP, 4 bf16 layers of 4096²)", "jax", "train", 1, "steps/s",
+        9.0),
     # start-up 6.5-7.8 s on the H200 machine (2026-11-26): model, profiling pass, CUDA graphs
     Row("serving", "LLM serving (bench/serving/serve.py)", "serving", "", 1, "tokens/s", 10.0),
 ]
