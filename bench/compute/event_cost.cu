@@ -430,22 +430,20 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  const char* known[] = {"host", "gpu", "bracket", "order", "util", "lookup"};
-  auto wanted = [&](const char* part) {
-    return ("," + parts + ",").find(std::string(",") + part + ",") != std::string::npos;
-  };
+  // The parts asked for, each checked against the known ones.
+  const std::vector<std::string> known = {"host", "gpu", "bracket", "order", "util", "lookup"};
+  std::vector<std::string> selected;
   for (size_t start = 0; start <= parts.size();) {
     const size_t end = std::min(parts.find(',', start), parts.size());
-    const std::string part = parts.substr(start, end - start);
-    bool ok = false;
-    for (const char* k : known) ok = ok || part == k;
-    if (!ok) {
+    selected.push_back(parts.substr(start, end - start));
+    if (std::find(known.begin(), known.end(), selected.back()) == known.end()) {
       fprintf(stderr, "event_cost: --parts %s: unknown part '%s' (host, gpu, bracket, order, util, lookup)\n",
-              parts.c_str(), part.c_str());
+              parts.c_str(), selected.back().c_str());
       return 2;
     }
     start = end + 1;
   }
+  auto wanted = [&](const char* part) { return std::find(selected.begin(), selected.end(), part) != selected.end(); };
   if (iterations < 100) {
     fprintf(stderr, "event_cost: --iterations %d: at least 100\n", iterations);
     return 2;

@@ -32,9 +32,8 @@
 //   (GpuTurn::until_ns, at most max_turn_wait_ns per holder and max_turn_waits of those per
 //   burst), and every launch extends the claim by its estimate. The processes of one container
 //   share its token and run together, as they do natively (their BusyRing keeps their events
-//   from charging each other's slices). While
-//   another container took a turn recently, bursts are longer (turn_admit_ahead_ns): fewer
-//   hand-overs, each of which leaves the GPU idle ~0.1 ms.
+//   from charging each other's slices). While another container took a turn recently, bursts
+//   are longer (turn_admit_ahead_ns): fewer hand-overs, each of which leaves the GPU idle ~0.1 ms.
 //   Runs (period_ns > 0, the default). Once the debt is paid (and the GPU's turn is free), every
 //   launch of the container, from any process, stream or thread, is admitted for rate *
 //   period_ns of wall time (a run, ComputeShareState::run_end_ns), then the container rests
