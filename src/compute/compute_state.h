@@ -123,6 +123,13 @@ struct alignas(16) GpuTurn {
   // CLOCK_MONOTONIC estimate of when all work claimed so far is done (max(until, now) + the
   // estimate of each launch, at submission).
   std::atomic<int64_t> until_ns;  // 8  any (store)
+  // A container waiting for the turn (its token; 0 = none, or the last waiter took the turn) and
+  // the last time it said so (every wait for the turn, at most turn_poll_ns apart). A holder
+  // whose run has ended does not open another while a waiter is fresh: it lets the waiter go
+  // first (ControllerOptions::max_yield_ns bounds that). Zero in boards written by the first
+  // libraries, which neither read nor write it.
+  std::atomic<uint64_t> waiter;        // 16 any (store)
+  std::atomic<int64_t> waiter_seen_ns;  // 24 any (store)
 };
 
 // One per (container, GPU), beside its ComputeShareState: the last kBusyRingSlots busy intervals
@@ -182,8 +189,9 @@ static_assert(offsetof(ComputeShareState, others_busy_ppm) == 120);
 static_assert(offsetof(ComputeShareState, reference_ppm) == 124);
 static_assert(offsetof(ComputeShareState, run_end_ns) == 128 && offsetof(ComputeShareState, reserved2) == 136);
 static_assert(sizeof(PriorityBoard) == 64 && offsetof(PriorityBoard, heartbeat_ns) == 0);
-static_assert(std::is_standard_layout_v<GpuTurn> && sizeof(GpuTurn) == 16);
+static_assert(std::is_standard_layout_v<GpuTurn> && sizeof(GpuTurn) == 32);
 static_assert(offsetof(GpuTurn, holder) == 0 && offsetof(GpuTurn, until_ns) == 8);
+static_assert(offsetof(GpuTurn, waiter) == 16 && offsetof(GpuTurn, waiter_seen_ns) == 24);
 static_assert(std::is_standard_layout_v<BusyRing> && sizeof(BusyRingSlot) == 32);
 static_assert(offsetof(BusyRingSlot, begin_ns) == 8 && offsetof(BusyRingSlot, end_ns) == 16 &&
               offsetof(BusyRingSlot, writer) == 24);

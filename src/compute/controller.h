@@ -40,8 +40,9 @@
 //   until the debt is paid again: it runs share * period and rests the rest of each period, and
 //   during a run its kernels overlap (and its processes time-slice) as they do natively. Gating
 //   launch by launch instead (period 0: bursts of admit_ahead_ns) serialises concurrent
-//   streams: each launch's charge holds back the others. Only under a hard limit
-//   without a soft one (see Running()). The feedback is off: a sensor's average ripples with
+//   streams: each launch's charge holds back the others. Beside other containers, one about to
+//   open a run lets a container that waits for the turn go first (YieldNs). Only under a hard
+//   limit without a soft one (see Running()). The feedback is off: a sensor's average ripples with
 //   the runs, and the budget clock alone is exact for a saturating container.
 //   Modes. Hard: target = hard limit. Soft: target = soft limit, entered once OthersBusy() has
 //   stayed below others_idle_ppm for soft_hold_ns, left as soon as it rises. Yield: a container of
@@ -137,6 +138,10 @@ struct ControllerOptions {
                                                 // turn passes from holder to holder
   int64_t turn_poll_ns = 500'000;               // a wait for the turn sleeps at most this long at
                                                 // once: a holder done early releases it
+  // With runs, a container about to open a run while another container waits for the turn
+  // (GpuTurn::waiter) lets it go first, for at most this long in all (a waiter that never takes
+  // the turn, or a forged one, costs no more). 0: never.
+  int64_t max_yield_ns = 50'000'000;
   // > 0: runs. Once the debt is paid, every launch of the container (any process, stream or
   // thread) is admitted for share * period_ns of wall time, then it rests until the debt is paid
   // again: its kernels overlap as they do natively during a run. Longer periods let the GPU's power
@@ -227,6 +232,7 @@ class Controller {
   bool TakesTurns() const;
   uint64_t TurnToken(int64_t now);
   int64_t TurnDelayNs(int64_t now);
+  int64_t YieldNs(int64_t now);
   void ResetTurnWait();
   bool Running() const;
   bool SharingGpu(int64_t now) const;
@@ -247,6 +253,7 @@ class Controller {
   std::atomic<uint64_t> turn_wait_holder_{0};  // ... for this holder
   std::atomic<int64_t> turn_queue_since_{0};   // start of the waits since the turn was last free
   std::atomic<int64_t> claimed_until_{0};  // this process's claim, ahead of the published one
+  std::atomic<int64_t> yield_since_{0};    // start of the current yield to a waiter, 0 = none
   std::atomic<int64_t> launch_span_ns_{0};  // SetLaunchSpan
 };
 

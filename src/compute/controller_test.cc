@@ -662,6 +662,56 @@ TEST(ControllerTurnTest, BesideOthersTakingTurnsThePeriodIsNotStretched) {
   EXPECT_EQ(p.b.PeriodNs(kStart + options.turn_recent_ns + 1 * kMs), 200 * kMs);
 }
 
+// With runs: a holder whose debt is paid while its queue still runs would open its next run at once
+// (the turn is its own), and a neighbour waiting for the turn waited out its bound and then ran
+// beside it. A waiter says so on the turn; the holder lets it go first.
+TEST(ControllerTurnTest, AHolderLetsAWaitingContainerGoBeforeItsNextRun) {
+  ControllerOptions options;  // runs of 50 ms: 15 ms at 30 (a), 30 ms at 60 (b)
+  TurnPair p(options);
+  int64_t t = kStart + 100 * kMs;  // the runs the constructor opened are over
+  p.state_a.vclock_ns.store(t);
+  p.state_b.vclock_ns.store(t);
+  ASSERT_EQ(p.b.AdmitDelayNs(t), 0);  // b's run opens
+  p.b.ClaimTurn(40 * kMs, t);         // and queues 40 ms of work
+  EXPECT_GT(p.a.AdmitDelayNs(t + 1 * kMs), 0);  // a waits for it ...
+  EXPECT_EQ(p.turn.waiter.load(), p.state_a.turn_token.load());  // ... and says so
+  t += 30 * kMs;  // b's run is over and its debt paid; its queue runs for another 10 ms
+  p.state_b.vclock_ns.store(t);
+  EXPECT_GT(p.a.AdmitDelayNs(t), 0);  // a still waits
+  EXPECT_EQ(p.b.AdmitDelayNs(t + 100 * kUs), options.turn_poll_ns);  // b lets a go first
+  t += 10 * kMs;  // b's work is done
+  p.b.AdmitDelayNs(t - 200 * kUs);  // b still yields (a polled within two polls) ...
+  EXPECT_EQ(p.a.AdmitDelayNs(t), 0);  // ... and a goes
+  p.a.ClaimTurn(5 * kMs, t);
+  EXPECT_EQ(p.turn.waiter.load(), 0u);  // a has the turn: nobody waits
+  EXPECT_GT(p.b.AdmitDelayNs(t + 100 * kUs), 0);  // now b waits for a
+  EXPECT_EQ(p.turn.waiter.load(), p.state_b.turn_token.load());
+}
+
+// A waiter that stopped polling (it went, or died) is not waited for, and one that polls forever
+// without taking the turn (stuck, or forged) costs at most max_yield_ns.
+TEST(ControllerTurnTest, AHoldersYieldToAWaiterIsBounded) {
+  ControllerOptions options;
+  TurnPair p(options);
+  int64_t t = kStart + 100 * kMs;
+  p.state_b.vclock_ns.store(t);
+  p.turn.waiter.store(12345);
+  p.turn.waiter_seen_ns.store(t - 2 * kMs);  // last seen four polls ago
+  EXPECT_EQ(p.b.AdmitDelayNs(t), 0);
+  t += 100 * kMs;  // b's run is over
+  p.state_b.vclock_ns.store(t);
+  int64_t yielded = 0;
+  for (int i = 0; i < 1000; ++i) {
+    p.turn.waiter_seen_ns.store(t);  // a waiter that keeps polling but never goes
+    const int64_t wait = p.b.AdmitDelayNs(t);
+    if (wait == 0) break;
+    yielded += wait;
+    t += wait;
+    p.state_b.vclock_ns.store(t);
+  }
+  EXPECT_EQ(yielded, options.max_yield_ns);
+}
+
 TEST(ControllerTurnTest, UnlimitedOrOptedOutProcessesNeitherWaitNorClaim) {
   TurnPair unlimited(Bursts(), /*limit_b=*/0);
   unlimited.a.ClaimTurn(5 * kMs, kStart);

@@ -39,8 +39,8 @@ struct alignas(64) BoardEntry {
   char uuid[kBoardUuidBytes];       //   8 written before state becomes kEntryReady
   unsigned char reserved1[24];      //  72
   compute::GpuTurn turn;            //  96 (reserved zero bytes in the first libraries: all-zero is
-                                    //      "nobody holds the turn", so the layout version stays 1)
-  unsigned char reserved2[16];      // 112
+                                    //      "nobody holds the turn, nobody waits", so the layout
+                                    //      version stays 1)
   compute::PriorityBoard board;     // 128
 };
 

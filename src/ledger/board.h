@@ -9,7 +9,7 @@
 //   Header (64 bytes): magic "VGPUBRD\0", u32 layout_version, u32 header_size, u32 max_gpus,
 //   u32 entry_size, u64 total_size, reserved zero.
 //   Entry[kBoardMaxGpus] (192 bytes each): atomic u32 state (0 free, 1 being claimed, 2 ready),
-//   u32 reserved, char uuid[64] (NUL-padded), reserved, the GpuTurn at 96, reserved, then the
+//   u32 reserved, char uuid[64] (NUL-padded), reserved, the GpuTurn (32 bytes) at 96, then the
 //   PriorityBoard at 128 (64-byte aligned).
 // All-zero entries are free and a zero PriorityBoard is a valid initial state. Entries are
 // claimed under flock(2) on the file (once per GPU per process, never on a hot path); the
