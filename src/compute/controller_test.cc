@@ -679,9 +679,10 @@ TEST(ControllerTurnTest, AHolderLetsAWaitingContainerGoBeforeItsNextRun) {
   p.state_b.vclock_ns.store(t);
   EXPECT_GT(p.a.AdmitDelayNs(t), 0);  // a still waits
   EXPECT_EQ(p.b.AdmitDelayNs(t + 100 * kUs), options.turn_poll_ns);  // b lets a go first
-  t += 10 * kMs;  // b's work is done
-  p.b.AdmitDelayNs(t - 200 * kUs);  // b still yields (a polled within two polls) ...
-  EXPECT_EQ(p.a.AdmitDelayNs(t), 0);  // ... and a goes
+  t += 10 * kMs;  // b's work is done at t
+  EXPECT_GT(p.a.AdmitDelayNs(t - 500 * kUs), 0);  // a polls, still waiting
+  EXPECT_EQ(p.b.AdmitDelayNs(t - 200 * kUs), options.turn_poll_ns);  // b still lets it go first
+  EXPECT_EQ(p.a.AdmitDelayNs(t), 0);  // a goes
   p.a.ClaimTurn(5 * kMs, t);
   EXPECT_EQ(p.turn.waiter.load(), 0u);  // a has the turn: nobody waits
   EXPECT_GT(p.b.AdmitDelayNs(t + 100 * kUs), 0);  // now b waits for a
