@@ -215,7 +215,7 @@ int64_t Controller::TurnDelayNs(int64_t now) {
 // holder that opened its runs back to back (its debt paid while its queue still ran) kept the GPU
 // for tens of milliseconds while a neighbour's wait for the turn ran out; the neighbour then
 // launched beside it and both were charged for the time they time-sliced (on the H200, matmuls at
-// 30 + 60 + 10: 1.5-5% of the time, and the 30 got 26.6-29.8).
+// 30 + 60 + 10: 1.7-5.8% of the time, and the 30 got 26.6-29.8).
 int64_t Controller::YieldNs(int64_t now) {
   if (!TakesTurns() || options_.max_yield_ns <= 0) return 0;
   const uint64_t waiter = turn_->waiter.load(kRelaxed);

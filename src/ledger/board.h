@@ -16,9 +16,10 @@
 // heartbeats themselves are lock-free atomics.
 //
 // Trust: the file is writable by every container on the node (mode 0666), so a process can make
-// others yield by writing fake heartbeats (or make them wait at most max_turn_wait_ns per burst
-// through a forged turn). It carries scheduling hints only: limits and
-// accounting never depend on it (docs/compute.md states this threat).
+// others yield by writing fake heartbeats (or, through a forged turn, make them wait at most
+// max_turn_wait_ns per burst, or a period with runs, and hold back a run by at most max_yield_ns).
+// It carries scheduling hints only: limits and accounting never depend on it (docs/compute.md
+// states this threat).
 //
 // Thread safety: Open and Lookup may be called from any thread; the returned PriorityBoard is
 // valid for the life of the Board object.
