@@ -83,6 +83,12 @@ TEST_F(TwoMappingsTest, EachGpuHasATurnBesideItsPriorities) {
   EXPECT_EQ(b0->holder.load(), 7u);  // another mapping sees it
   EXPECT_EQ(b0->until_ns.load(), 99);
   EXPECT_EQ(a1->holder.load(), 0u);
+  EXPECT_EQ(a0->waiter.load(), 0u);  // all-zero: nobody waits for it
+  EXPECT_EQ(a0->waiter_seen_ns.load(), 0);
+  a0->waiter.store(8);
+  a0->waiter_seen_ns.store(100);
+  EXPECT_EQ(b0->waiter.load(), 8u);
+  EXPECT_EQ(b0->waiter_seen_ns.load(), 100);
   EXPECT_EQ(p0->heartbeat_ns[0].load(), 0);  // and it does not overlap the heartbeats
 }
 
