@@ -107,7 +107,6 @@ int64_t Controller::RunDelayNs(int64_t now, int64_t debt) {
   if (turn > 0) return turn;
   const int64_t yield = YieldNs(now);
   if (yield > 0) return yield;
-  yield_since_.store(0, kRelaxed);
   const int64_t length = std::max(PeriodNs(now) * rate / kFullShare, options_.min_run_ns);
   int64_t expected = end;
   state_->run_end_ns.compare_exchange_strong(expected, now + length, kRelaxed, kRelaxed);  // one thread opens it
@@ -170,9 +169,10 @@ uint64_t Controller::TurnToken(int64_t now) {
 // forged value or neighbours that never pause cannot stall us beyond that).
 int64_t Controller::TurnDelayNs(int64_t now) {
   if (!TakesTurns()) return 0;
+  const uint64_t token = TurnToken(now);
   const uint64_t holder = turn_->holder.load(kRelaxed);
   const int64_t until = turn_->until_ns.load(kRelaxed);
-  if (holder == 0 || holder == TurnToken(now)) {
+  if (holder == 0 || holder == token) {
     ResetTurnWait();
     return 0;
   }
@@ -203,7 +203,6 @@ int64_t Controller::TurnDelayNs(int64_t now) {
   const int64_t left = std::min(max_wait - (now - since), options_.max_turn_waits * max_wait - (now - first));
   if (left <= 0) return 0;  // waited long enough: go (the wait restarts at the next burst)
   // Say so on the turn: a holder whose run ends lets a fresh waiter go first (YieldNs).
-  const uint64_t token = TurnToken(now);
   if (turn_->waiter.load(kRelaxed) != token) turn_->waiter.store(token, kRelaxed);
   turn_->waiter_seen_ns.store(now, kRelaxed);
   return std::min({until - now, left, std::max<int64_t>(options_.turn_poll_ns, 1)});
@@ -211,11 +210,12 @@ int64_t Controller::TurnDelayNs(int64_t now) {
 
 // How long a holder about to open a run waits for another container that waits for the turn
 // (GpuTurn::waiter, seen within two polls): a turn_poll_ns at a time, until the waiter takes the
-// turn (it waits for this container's claimed work to drain), at most max_yield_ns in all. A
-// holder that opened its runs back to back (its debt paid while its queue still ran) kept the GPU
-// for tens of milliseconds while a neighbour's wait for the turn ran out; the neighbour then
-// launched beside it and both were charged for the time they time-sliced (on the H200, matmuls at
-// 30 + 60 + 10: 1.7-5.8% of the time, and the 30 got 26.6-29.8).
+// turn (it waits for this container's claimed work to drain), at most max_yield_ns in all (0: go,
+// and the next run's yield starts afresh). A holder that opened its runs back to back (its debt
+// paid while its queue still ran) kept the GPU for tens of milliseconds while a neighbour's wait
+// for the turn ran out; the neighbour then launched beside it and both were charged for the time
+// they time-sliced (on the H200, matmuls at 30 + 60 + 10: 1.7-5.8% of the time, and the 30 got
+// 26.6-29.8).
 int64_t Controller::YieldNs(int64_t now) {
   if (!TakesTurns() || options_.max_yield_ns <= 0) return 0;
   const uint64_t waiter = turn_->waiter.load(kRelaxed);
@@ -231,7 +231,9 @@ int64_t Controller::YieldNs(int64_t now) {
     since = now;
   }
   const int64_t left = options_.max_yield_ns - (now - since);
-  return left > 0 ? std::min(left, poll) : 0;
+  if (left > 0) return std::min(left, poll);
+  yield_since_.store(0, kRelaxed);
+  return 0;
 }
 
 void Controller::ResetTurnWait() {
