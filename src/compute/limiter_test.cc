@@ -125,5 +125,39 @@ TEST(ComputeLimiterTest, SleepingClosesTheStreamsTails) {
   EXPECT_EQ(rig.tracker.stats().marks, marks + 1);  // nothing left to close
 }
 
+// A holder whose work finished before its claim (the sum of its launches' estimates) ran out
+// hands the turn back as soon as it is told to wait: a neighbour waiting for the turn need not
+// wait out the estimate, nor the next Tick.
+TEST(ComputeLimiterTest, AWaitWithNothingInFlightHandsTheTurnBack) {
+  sim::SimGpu gpu;
+  sim::SimEventOps ops(&gpu, gpu.AddContext(), sim::SimOpCosts{0, 0, 0, 0});
+  ComputeShareState state{};
+  GpuTurn turn{};
+  Controller controller{&state, nullptr, nullptr, Rig::Bursts(), ComputeLimits::FromPercent(25, 0, 1), &turn};
+  BusyTracker tracker{&ops, BusyTrackerOptions()};
+  ComputeLimiter limiter{&controller, &tracker};
+  FakeTime time{&gpu};
+  const int stream = gpu.AddStream(0);
+  auto launch = [&](int64_t duration) {
+    LaunchTicket ticket = limiter.WaitForAdmission(stream, &time, &time);
+    gpu.Launch(stream, time.now - kStart, duration);
+    limiter.AfterLaunch(ticket, true, time.now);
+  };
+  for (int i = 0; i < 6; ++i) {  // learn an estimate of 1 ms per launch
+    launch(1 * kMs);
+    time.SleepNs(5 * kMs);
+    limiter.Tick(time.now);
+  }
+  launch(100 * kUs);  // claims ~1 ms of the GPU, runs 100 us
+  const int64_t claimed = turn.until_ns.load();
+  ASSERT_GT(claimed, time.now + 500 * kUs);
+  time.SleepNs(600 * kUs);  // the kernel and its mark are done; the claim runs on
+  state.vclock_ns.store(time.now + 10 * kMs);  // in debt: the next launch must wait
+  LaunchTicket ticket;
+  ASSERT_GT(limiter.BeforeLaunch(stream, time.now, &ticket), 0);
+  EXPECT_LE(turn.until_ns.load(), time.now);
+  EXPECT_LT(turn.until_ns.load(), claimed);
+}
+
 }  // namespace
 }  // namespace vgpu::compute
