@@ -91,13 +91,13 @@ OUTPUT = "compute-matrix"
 # kind: spin (concurrency.cu), torch (torch_workload.py), jax (jax_workload.py) or serving
 # (serve.py); args: the workload's own arguments; procs: processes of one container; init_s:
 # start-up estimate (spawn to the end of set-up, before the warm-up), seconds; windows: its window
-# is this many times --seconds (16x5ms, whose period the limiter stretches to 200 ms for its long
-# concurrent launches: a window of 1.6 s holds 8 periods, and where it falls in the last one moves
-# the share by up to ~4% of itself; 12 periods, ~3%). 16x50us gets 200 ms periods on an H200 too (a
-# launch waits behind another stream's batch in their shared hardware queue; the limiter's summary:
-# period 200.0 ms): at 60 its 120 ms runs and ~90 ms rests made 1.6 s windows read 55.9-60.4 (2 s:
-# 56.1-59.6, the phase alone worth up to +-3.2 points at 1.6 s: share x (1 - share) x period /
-# window), so twice the window.
+# is this many times --seconds. 16x5ms and 16x50us get 2.5 (4 s): the limiter stretches their
+# periods to 200 ms (16x5ms for its long concurrent launches; 16x50us because a launch waits
+# behind another stream's batch in their shared hardware queue: the limiter's summary says period
+# 200.0 ms), and where a window falls in its last period moves the share by up to share x (1 -
+# share) x period / window: at 60, +-3.2 points in 1.6 s (16x50us read 55.9-60.4 at 60 in 1.6 s
+# windows, 56.1-59.6 in 2 s), +-2.0 in 2.4 s (16x5ms read 56.6-60.4 at 60 in 2.4 s windows, about
+# 1.3 points of which its runs' ends lose), +-1.2 in 4 s.
 Row = collections.namedtuple("Row", "id label kind args procs unit init_s windows", defaults=(1,))
 ROWS = [
     Row("1x5us", "1 stream, 5 µs kernels", "spin", "--streams 1 --kernel-us 5", 1, "kernels/s", 0.5),
@@ -106,8 +106,8 @@ ROWS = [
     Row("2x500us", "2 streams, 500 µs kernels", "spin", "--streams 2 --kernel-us 500", 1, "kernels/s", 0.5),
     Row("4x200us", "4 streams, 200 µs kernels", "spin", "--streams 4 --kernel-us 200", 1, "kernels/s", 0.5),
     Row("8x1ms", "8 streams, 1 ms kernels", "spin", "--streams 8 --kernel-us 1000", 1, "kernels/s", 0.5),
-    Row("16x50us", "16 streams, 50 µs kernels", "spin", "--streams 16 --kernel-us 50", 1, "kernels/s", 0.5, 2),
-    Row("16x5ms", "16 streams, 5 ms kernels", "spin", "--streams 16 --kernel-us 5000", 1, "kernels/s", 0.5, 1.5),
+    Row("16x50us", "16 streams, 50 µs kernels", "spin", "--streams 16 --kernel-us 50", 1, "kernels/s", 0.5, 2.5),
+    Row("16x5ms", "16 streams, 5 ms kernels", "spin", "--streams 16 --kernel-us 5000", 1, "kernels/s", 0.5, 2.5),
     Row("8x1ms-wide2", "8 streams, 1 ms kernels, 2 blocks/SM", "spin",
         "--streams 8 --kernel-us 1000 --blocks-per-sm 2", 1, "kernels/s", 0.5),
     Row("4threads-4x200us", "4 host threads × 1 stream, 200 µs kernels", "spin",
@@ -753,7 +753,7 @@ def parser():
     p.add_argument("--colocated", default=DEFAULT_COLOCATED,
                    help=f"rows the groups run on (default {DEFAULT_COLOCATED}; '' for none)")
     p.add_argument("--seconds", type=float, default=1.6,
-                   help="measurement window per run (default 1.6; 1.5 times that for 16x5ms and twice for 16x50us, "
+                   help="measurement window per run (default 1.6; 2.5 times that for 16x5ms and 16x50us, "
                         "whose periods the limiter stretches to 200 ms)")
     p.add_argument("--warmup", type=float, default=0.5, help="warm-up per run (default 0.5)")
     p.add_argument("--budget", type=float,

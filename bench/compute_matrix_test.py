@@ -278,9 +278,9 @@ class Plan(unittest.TestCase):
         out = r.stdout
         self.assertRegex(out.splitlines()[0], r"^plan: 21 blocks, 123 steps, about [\d.]+ min")
         self.assertIn("concurrency' run --streams 8 --kernel-us 1000 --blocks-per-sm 2 --warmup 0.5 --seconds 1.6", out)
-        # the rows whose period stretches to 200 ms: 2 and 1.5 windows
-        self.assertIn("concurrency' run --streams 16 --kernel-us 50 --warmup 0.5 --seconds 3.2", out)
-        self.assertIn("concurrency' run --streams 16 --kernel-us 5000 --warmup 0.5 --seconds 2.4", out)
+        # the rows whose period stretches to 200 ms: 2.5 windows
+        self.assertIn("concurrency' run --streams 16 --kernel-us 50 --warmup 0.5 --seconds 4", out)
+        self.assertIn("concurrency' run --streams 16 --kernel-us 5000 --warmup 0.5 --seconds 4", out)
         self.assertIn("torch_workload.py matmul 0.5 1.6 --size 4096 --streams 2", out)
         self.assertIn("--barrier DIR NAME", out)
         self.assertIn("4 processes × 1 stream, 50 µs kernels: limit 10 (4 processes of one container, started together)", out)
