@@ -255,12 +255,14 @@ bool BusyTracker::LaunchedSlowerLocked(const StreamState& st) const {
 // intervals' cost per launch, whose last mark found the queue run dry: a deep queue's intervals
 // see every kind of launch): drawn at random, so that a mix of launches repeating with any period
 // is sampled evenly.
-bool BusyTracker::DrawSampleLocked() {
+bool BusyTracker::DrawSampleLocked() { return DrawLocked(options_.uniform_sample_every); }
+
+// True one time in `every`, at random (never when `every` <= 0).
+bool BusyTracker::DrawLocked(int every) {
   sample_rng_ ^= sample_rng_ << 13;
   sample_rng_ ^= sample_rng_ >> 7;
   sample_rng_ ^= sample_rng_ << 17;
-  return options_.uniform_sample_every > 0 &&
-         sample_rng_ % static_cast<uint64_t>(options_.uniform_sample_every) == 0;
+  return every > 0 && sample_rng_ % static_cast<uint64_t>(every) == 0;
 }
 
 // --- Launch path ---------------------------------------------------------------------------
@@ -315,15 +317,25 @@ int64_t BusyTracker::BeforeLaunch(StreamKey stream, int64_t now, LaunchTicket* t
     }
     // Nothing to wait for (no events available): measuring is impossible, launch unmetered.
   }
-  CollapseIntervalIfShallowLocked(st);
+  const bool light = light_.load(std::memory_order_relaxed);
+  if (!light) CollapseIntervalIfShallowLocked(st);
   st.sampling = !st.last_mark_deep && LaunchedSlowerLocked(st) && UniformCostLocked(st) && DrawSampleLocked();
   if (st.sampling) MarkTailLocked(st, now);  // the sampled launch starts an interval
   if (StreamIdleLocked(st)) {
-    // The queue starts empty: mark densely until it is seen deep again (a uniform stream's
-    // intervals are capped instead, and its marks stay sparse).
-    if (!UniformCostLocked(st)) st.mark_interval = 1;
-    if (!RecordLocked(st, /*begin=*/true, /*deep=*/false, now)) {
-      st.gap_unmarked = true;  // the next interval would include the idle gap: do not measure it
+    if (light && !st.sampling && !DrawLocked(options_.light_sample_every)) {
+      // Light: no begin. The interval to come may hold this idle gap: its estimate stands
+      // (gap_unmarked), and its tail is marked every few launches (the queue's window allowing).
+      st.gap_unmarked = true;
+      st.mark_interval = std::max(1, std::min(options_.light_mark_interval, st.window / 2));
+      ++stats_.light_launches;
+    } else {
+      // The queue starts empty: mark densely until it is seen deep again (a uniform stream's
+      // intervals are capped instead, and its marks stay sparse).
+      if (!UniformCostLocked(st)) st.mark_interval = 1;
+      if (!RecordLocked(st, /*begin=*/true, /*deep=*/false, now)) {
+        st.gap_unmarked = true;  // the next interval would include the idle gap: do not measure it
+      }
+      if (light) st.sampling = true;  // a light sample: measured alone, marked right after it
     }
   }
   ticket->slot = slot;
@@ -366,17 +378,24 @@ int64_t BusyTracker::AfterLaunch(const LaunchTicket& ticket, bool launched, int6
   return estimate;
 }
 
+// Under light measurement a tail that began with a launch onto an idle stream without a begin is
+// charged its estimates wherever it ends (gap_unmarked): a mark placed before a wait would only
+// delay the wait by its trip to the GPU.
+bool BusyTracker::LightTailLocked(const StreamState& st) const {
+  return st.gap_unmarked && light_.load(std::memory_order_relaxed);
+}
+
 void BusyTracker::Flush(int64_t now) {
   std::lock_guard<std::mutex> lock(mu_);
   for (StreamState& st : slots_) {
-    if (st.in_use && !st.retired) MarkTailLocked(st, now);
+    if (st.in_use && !st.retired && !LightTailLocked(st)) MarkTailLocked(st, now);
   }
 }
 
 void BusyTracker::FlushBeforeWait(int64_t now, const StreamKey* stream) {
   std::lock_guard<std::mutex> lock(mu_);
   for (StreamState& st : slots_) {
-    if (!st.in_use || st.retired || st.tail_launches == 0) continue;
+    if (!st.in_use || st.retired || st.tail_launches == 0 || LightTailLocked(st)) continue;
     if ((stream != nullptr && st.key == *stream) || st.last_launch_seq == launch_seq_ ||
         QueuedCostLocked(st) >= static_cast<double>(options_.cheap_mark_launch_ns) || TailDueLocked(st, now)) {
       MarkTailLocked(st, now);

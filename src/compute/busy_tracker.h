@@ -89,6 +89,7 @@
 // most every poll_period_ns.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <limits>
@@ -211,6 +212,16 @@ struct BusyTrackerOptions {
   int64_t span_window_ns = 1'000'000'000;
   // How far the GPU's event clock may drift from CLOCK_MONOTONIC (the time offset's decay).
   int64_t max_clock_drift_ppm = 20;
+  // Light measurement (SetLight: the container is known to run well below its limit, so its busy
+  // time need not be exact, only cheap to learn). A launch onto a stream run dry records a begin
+  // only one time in light_sample_every (drawn at random; that launch is marked right after it and
+  // measured alone), and otherwise none: the interval that follows may hold the idle gap and is
+  // charged its launches' estimates, learned from the sampled ones, and its tail is marked every
+  // light_mark_interval launches. On an H200 a stream run dry before every launch paid a query, a
+  // begin and a mark per launch, ~2.5 us of host time: 88.5% of its native rate at a limit of 99
+  // (docs/benchmarks.md, 2026-11-27).
+  int light_sample_every = 8;
+  int light_mark_interval = 8;
 };
 
 // Returned by BeforeLaunch, passed back to AfterLaunch.
@@ -248,6 +259,7 @@ struct TrackerStats {
   int64_t queue_waits_window = 0;
   int64_t queue_waits_work = 0;
   int64_t queue_waits_age = 0;
+  int64_t light_launches = 0; // launches onto a stream run dry measured lightly (no begin)
   int64_t shared_read = 0;     // other processes' intervals added from the BusyRing
   int64_t shared_skipped = 0;  // ring slots found overwritten or being written
   int streams = 0;
@@ -301,6 +313,11 @@ class BusyTracker {
   PollResult Tick(int64_t now);
   // True when some launch is still unmeasured (work may be in flight).
   bool HasPendingWork() const;
+  // Light measurement on or off (BusyTrackerOptions::light_sample_every): from the thread that
+  // knows the container runs well below its limit (Controller::Unbound), and off at once when a
+  // launch is told to wait. Takes effect at each stream's next launch onto an idle queue.
+  void SetLight(bool light) { light_.store(light, std::memory_order_relaxed); }
+  bool light() const { return light_.load(std::memory_order_relaxed); }
 
   // REQUIRES: called BEFORE the stream is destroyed (its tail is marked on it). Its pending marks
   // are still processed; a new stream with the same key starts afresh.
@@ -442,6 +459,8 @@ class BusyTracker {
   bool UniformCostLocked(const StreamState& st) const;
   double SingleBoundLocked(const StreamState& st) const;
   bool DrawSampleLocked();
+  bool DrawLocked(int every);
+  bool LightTailLocked(const StreamState& st) const;
   bool LaunchedSlowerLocked(const StreamState& st) const;
   EventState QueryLastEventLocked(StreamState& st);
   EventState QueryEventLocked(EventId event);
@@ -462,6 +481,7 @@ class BusyTracker {
   int64_t last_poll_ns_ = 0;                       // guarded by mu_
   uint64_t launch_seq_ = 0;                        // launches on any stream; guarded by mu_
   uint64_t sample_rng_ = 0x9e3779b97f4a7c15ULL;     // xorshift state for uniform samples; guarded by mu_
+  std::atomic<bool> light_{false};                  // SetLight
   double default_estimate_ns_ = 0;                 // guarded by mu_
   bool has_default_estimate_ = false;              // guarded by mu_
   bool events_exhausted_ = false;                  // guarded by mu_

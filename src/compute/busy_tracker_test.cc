@@ -179,6 +179,74 @@ TEST(BusyTrackerTest, IdleGapsBetweenLaunchesAreNotCounted) {
   EXPECT_EQ(rig.tracker.stats().begins, 5);
 }
 
+// Light measurement: a stream that runs dry before every launch gets a begin and a mark only at
+// the sampled launches (one in light_sample_every); the others are charged the samples' estimate,
+// which for launches of one cost is their cost. Off again, every idle start is bracketed.
+TEST(BusyTrackerTest, LightMeasurementSamplesLaunchesOntoAnIdleStream) {
+  Rig rig;
+  for (int i = 0; i < 20; ++i) {  // learn the cost and open the queue's window
+    ASSERT_TRUE(rig.Launch(rig.s0, 100 * kUs));
+    rig.Advance(300 * kUs);
+    rig.Measured();
+  }
+  const TrackerStats before = rig.tracker.stats();
+  const int64_t measured_before = rig.Measured();
+  rig.tracker.SetLight(true);
+  constexpr int kLaunches = 800;
+  for (int i = 0; i < kLaunches; ++i) {
+    ASSERT_TRUE(rig.Launch(rig.s0, 100 * kUs));
+    rig.Advance(300 * kUs);
+    rig.Measured();
+  }
+  rig.tracker.Flush(rig.now);
+  rig.Advance(1 * kMs);
+  const TrackerStats light = rig.tracker.stats();
+  const int64_t begins = light.begins - before.begins;
+  const int64_t marks = light.marks - before.marks;
+  // Idle starts are seen about every light_mark_interval launches (the tail is open in between)
+  // and one in light_sample_every of them is bracketed.
+  EXPECT_GE(begins, 2);
+  EXPECT_LT(begins, kLaunches / 16);
+  EXPECT_LT(marks, kLaunches / 4);
+  EXPECT_GT(light.light_launches - before.light_launches, kLaunches / 16);
+  // The estimate is the launches' cost: what is charged is what ran, within a few launches.
+  EXPECT_NEAR(static_cast<double>(rig.Measured() - measured_before), kLaunches * 100.0 * kUs, 400.0 * kUs);
+
+  rig.tracker.SetLight(false);
+  const TrackerStats exact = rig.tracker.stats();
+  for (int i = 0; i < 10; ++i) {
+    ASSERT_TRUE(rig.Launch(rig.s0, 100 * kUs));
+    rig.Advance(300 * kUs);
+    rig.Measured();
+  }
+  // The first launches may still join the open light tail (until a query finds its stream run
+  // dry and the marks turn dense again); the others start idle with a begin.
+  EXPECT_GE(rig.tracker.stats().begins - exact.begins, 7);
+}
+
+// Under light measurement a tail charged its estimates is not marked before a wait: that mark
+// would only make the wait longer (its trip to the GPU). Exactly measured tails still are.
+TEST(BusyTrackerTest, LightTailsAreNotMarkedBeforeAWait) {
+  BusyTrackerOptions options = ExactOptions();
+  options.light_sample_every = 0;  // never sampled
+  Rig rig(options);
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_TRUE(rig.Launch(rig.s0, 100 * kUs));
+    rig.Advance(300 * kUs);
+    rig.Measured();
+  }
+  rig.tracker.SetLight(true);
+  ASSERT_TRUE(rig.Launch(rig.s0, 100 * kUs));  // onto an idle stream: no begin, the tail stays open
+  const int64_t marks = rig.tracker.stats().marks;
+  const StreamKey s0 = static_cast<StreamKey>(rig.s0);
+  rig.tracker.FlushBeforeWait(rig.now, &s0);
+  rig.tracker.Flush(rig.now);
+  EXPECT_EQ(rig.tracker.stats().marks, marks);
+  rig.tracker.SetLight(false);
+  rig.tracker.FlushBeforeWait(rig.now, &s0);
+  EXPECT_EQ(rig.tracker.stats().marks, marks + 1);
+}
+
 TEST(BusyTrackerTest, DeepQueueIsMeasuredWithFewMarks) {
   Rig rig;
   for (int i = 0; i < 400; ++i) {
