@@ -113,6 +113,15 @@ int64_t Controller::RunDelayNs(int64_t now, int64_t debt) {
   return 0;
 }
 
+bool Controller::Unbound(double device_busy, int64_t now) const {
+  if (options_.light_margin_ppm < 0 || !(device_busy >= 0)) return false;
+  if (state_->mode.load(kRelaxed) != static_cast<uint32_t>(Mode::kHard)) return false;
+  const int32_t hard = hard_ppm_.load(kRelaxed);
+  if (hard <= 0 || hard >= kFullShare || soft_ppm_.load(kRelaxed) > hard) return false;
+  if (state_->vclock_ns.load(kRelaxed) > now) return false;  // in debt: measure exactly
+  return device_busy * kFullShare < static_cast<double>(hard - options_.light_margin_ppm);
+}
+
 void Controller::SetLaunchSpan(int64_t span_ns) { launch_span_ns_.store(std::max<int64_t>(span_ns, 0), kRelaxed); }
 
 int64_t Controller::PeriodNs(int64_t now) const {

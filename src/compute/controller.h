@@ -161,6 +161,8 @@ struct ControllerOptions {
   // beside neighbours that it does not see taking turns a longer run holds the GPU longer.
   int64_t spans_per_period = 40;
   int64_t max_period_ns = 200'000'000;
+  // Unbound(): the whole GPU busy less than the hard limit minus this (ppm); < 0: never.
+  int32_t light_margin_ppm = 100'000;
 };
 
 // What the controller currently does, for tests, logs and `vgpu top`.
@@ -211,6 +213,13 @@ class Controller {
   void MaybeUpdate(int64_t now);
 
   ControllerSnapshot Snapshot(int64_t now) const;
+  // Whether the container surely runs well below its limit, by a sensor it does not produce
+  // itself: `device_busy` (0..1; negative: unknown), the share of recent time the whole GPU was
+  // busy (NVML's GPU-Util: the container's own share is at most that), is below the hard limit by
+  // more than light_margin_ppm, the container owes nothing, and it is under a hard limit alone
+  // (no soft limit, not yielding). Its busy time then need not be measured exactly
+  // (BusyTracker::SetLight).
+  bool Unbound(double device_busy, int64_t now) const;
   // Last time any process of the container noted activity on this GPU (0 = never).
   int64_t LastActivityNs() const { return state_->last_launch_ns.load(std::memory_order_relaxed); }
 
