@@ -53,6 +53,7 @@ struct Simulation::Process {
   std::unique_ptr<Controller> controller;
   std::unique_ptr<ComputeLimiter> limiter;
   int64_t next_tick = kNever;
+  int64_t next_light = 0;
   int64_t launches = 0;
 };
 
@@ -241,7 +242,13 @@ void Simulation::RunTicks(int64_t t) {
     p->ops->set_cursor(&cursor);
     p->limiter->Tick(t);
     p->ops->set_cursor(nullptr);
-    p->next_tick = t + containers_[p->container]->spec.tick_ns;
+    const ContainerSpec& spec = containers_[p->container]->spec;
+    p->next_tick = t + spec.tick_ns;
+    if (spec.light_period_ns > 0 && t >= p->next_light) {
+      p->next_light = t + spec.light_period_ns;
+      const double device = t >= spec.light_window_ns ? DeviceShare(t - spec.light_window_ns, t) : -1.0;
+      p->tracker->SetLight(p->controller->Unbound(device, t));
+    }
   }
 }
 
