@@ -542,6 +542,9 @@ std::optional<Source<CorePolicy>> ReadScalars(DialectReader& reader, Config* con
   if (auto turns = reader.ReadOne("VGPU_COMPUTE_TURNS", ParseBoolValue)) {
     config->compute_turns = turns->value;
   }
+  if (auto light = reader.ReadOne("VGPU_COMPUTE_LIGHT", ParseBoolValue)) {
+    config->compute_light = light->value;
+  }
   if (auto period = reader.ReadOne("VGPU_COMPUTE_PERIOD", ParsePeriod)) {
     config->compute_period_ms = period->value;
   }
@@ -770,6 +773,7 @@ std::string Config::Describe() const {
   if (!board_path.empty()) AppendLine(&out, "board", board_path);
   if (memory_headroom_set) AppendLine(&out, "memory headroom", ShowBytesLong(memory_headroom));
   if (!compute_turns) AppendLine(&out, "compute turns", "off");
+  if (!compute_light) AppendLine(&out, "light measurement", "off");
   if (compute_period_ms != kDefaultComputePeriodMs) {
     AppendLine(&out, "compute period",
                compute_period_ms != 0 ? std::to_string(compute_period_ms) + " ms (runs of share x period)"

@@ -15,6 +15,7 @@
 //   ledger path           CUDA_DEVICE_MEMORY_SHARED_CACHE
 //   node-wide board path  VGPU_BOARD (priorities; docs/compute.md)
 //   compute turns         VGPU_COMPUTE_TURNS (boolean, default true; docs/compute.md, "Turns")
+//   light measurement     VGPU_COMPUTE_LIGHT (boolean, default true; docs/compute.md, "Light measurement")
 //   compute period        VGPU_COMPUTE_PERIOD (duration 10ms..5s, or 0/off; docs/compute.md, "Slices")
 //   compute trace         VGPU_COMPUTE_TRACE (absolute file path, %p = pid; docs/compute.md, "Tracing")
 //   device UUIDs          -                                             GPU_DEVICES_UUID (comma-separated)
@@ -113,6 +114,9 @@ struct Config {
   uint64_t memory_headroom = 0;
   bool memory_headroom_set = false;
   bool compute_turns = true;              // VGPU_COMPUTE_TURNS: limited containers take turns on a GPU
+  // VGPU_COMPUTE_LIGHT: a container that NVML shows well below its limit measures its launches
+  // onto idle streams by samples (compute::BusyTracker::SetLight).
+  bool compute_light = true;
   // VGPU_COMPUTE_PERIOD: a limited process runs share x period, then rests (docs/compute.md);
   // 0 = no runs, bursts launch by launch.
   int64_t compute_period_ms = kDefaultComputePeriodMs;

@@ -168,6 +168,8 @@ std::vector<ValidCase> ValidCases() {
       {"CUDA_OVERSUBSCRIBE", {{"CUDA_OVERSUBSCRIBE", "true"}}, [](const Config& c) { EXPECT_TRUE(c.oversubscribe); }},
       {"turns by default", {}, [](const Config& c) { EXPECT_TRUE(c.compute_turns); }},
       {"VGPU_COMPUTE_TURNS off", {{"VGPU_COMPUTE_TURNS", "false"}}, [](const Config& c) { EXPECT_FALSE(c.compute_turns); }},
+      {"light measurement by default", {}, [](const Config& c) { EXPECT_TRUE(c.compute_light); }},
+      {"VGPU_COMPUTE_LIGHT off", {{"VGPU_COMPUTE_LIGHT", "off"}}, [](const Config& c) { EXPECT_FALSE(c.compute_light); }},
       {"runs of 50 ms by default", {}, [](const Config& c) { EXPECT_EQ(c.compute_period_ms, 50); }},
       {"VGPU_COMPUTE_PERIOD 1s", {{"VGPU_COMPUTE_PERIOD", "1s"}}, [](const Config& c) { EXPECT_EQ(c.compute_period_ms, 1000); }},
       {"VGPU_COMPUTE_PERIOD 250ms", {{"VGPU_COMPUTE_PERIOD", " 250ms "}}, [](const Config& c) { EXPECT_EQ(c.compute_period_ms, 250); }},
@@ -322,6 +324,7 @@ std::vector<BadCase> BadCases() {
       {{{"CUDA_CORE_SOFT_LIMIT_2", "101"}}, "CUDA_CORE_SOFT_LIMIT_2", "above 100"},
       {{{"CUDA_OVERSUBSCRIBE", "maybe"}}, "CUDA_OVERSUBSCRIBE", "true or false"},
       {{{"VGPU_COMPUTE_TURNS", "sometimes"}}, "VGPU_COMPUTE_TURNS", "true or false"},
+      {{{"VGPU_COMPUTE_LIGHT", "light"}}, "VGPU_COMPUTE_LIGHT", "true or false"},
       {{{"VGPU_COMPUTE_PERIOD", "1"}}, "VGPU_COMPUTE_PERIOD", "from 10ms to 5s"},
       {{{"VGPU_COMPUTE_TRACE", "trace.txt"}}, "VGPU_COMPUTE_TRACE", "absolute file path"},
       {{{"VGPU_COMPUTE_TRACE", "/tmp/traces/"}}, "VGPU_COMPUTE_TRACE", "absolute file path"},
@@ -616,6 +619,13 @@ TEST(DescribeTest, TurnsOffIsListed) {
   ASSERT_TRUE(result.ok()) << Messages(result.errors);
   ExpectContainsLine(result.config.Describe(), "compute turns: off");
   EXPECT_EQ(Parse({}).config.Describe().find("compute turns"), std::string::npos);
+}
+
+TEST(DescribeTest, LightMeasurementOffIsListed) {
+  const ConfigResult result = Parse({{"VGPU_COMPUTE_LIGHT", "false"}});
+  ASSERT_TRUE(result.ok()) << Messages(result.errors);
+  ExpectContainsLine(result.config.Describe(), "light measurement: off");
+  EXPECT_EQ(Parse({}).config.Describe().find("light measurement"), std::string::npos);
 }
 
 TEST(DescribeTest, ComputePeriodIsListed) {

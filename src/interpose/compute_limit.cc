@@ -69,6 +69,7 @@ struct Registry {
 // Constant after InitForCuInit (set before g_compute_enabled is published).
 bool g_priorities = false;            // CUDA_TASK_PRIORITY given: unlimited devices get a limiter too
 bool g_turns = true;                  // VGPU_COMPUTE_TURNS
+bool g_light = true;                  // VGPU_COMPUTE_LIGHT
 int64_t g_period_ns = 0;              // VGPU_COMPUTE_PERIOD (0: bursts; set from the config)
 ledger::Board* g_board = nullptr;     // the node-wide board, or nullptr (priorities then inactive)
 compute::ComputeTrace* g_trace = nullptr;  // VGPU_COMPUTE_TRACE, or nullptr; never destroyed
@@ -295,7 +296,12 @@ void* MonitorMain(void*) {
         dl->controller.MaybeUpdate(now);
       }
       active = active || now - dl->controller.LastActivityNs() < kIdleAfterNs;
-      if (sample) dl->signals.Sample(pids, dl->controller.Snapshot(now).measured_ppm / 1e6, now);
+      if (sample) {
+        dl->signals.Sample(pids, dl->controller.Snapshot(now).measured_ppm / 1e6, now);
+        // Well below its limit by NVML's account of the whole GPU: measure cheaply until a launch
+        // is told to wait or the next sample says otherwise.
+        dl->tracker.SetLight(g_light && dl->controller.Unbound(dl->signals.device_busy(), now));
+      }
     }
     period = active ? kMonitorPeriodNs : kMonitorIdlePeriodNs;
   }
@@ -348,6 +354,7 @@ void InitForCuInit() {
     }
     g_priorities = priorities;
     g_turns = runtime.config.compute_turns;
+    g_light = runtime.config.compute_light;
     g_period_ns = runtime.config.compute_period_ms * 1'000'000;
     if (g_trace == nullptr && !runtime.config.compute_trace_path.empty()) {
       g_trace_path = new std::string(compute::TracePath(runtime.config.compute_trace_path, getpid()));
@@ -453,13 +460,14 @@ __attribute__((destructor)) void LogSummaries() {
     VGPU_LOG_UNLIMITED(LogLevel::kDebug,
                        "compute device %d: mode %u, target %d ppm, measured %d ppm, correction %d ppm, busy %.1f ms, "
                        "throttled %.1f ms, NVML share %.3f, others busy %.3f; %lld launches, %lld marks "
-                       "(%lld begins), %lld queries (%lld by polls), %lld event errors; %lld queue waits (%.1f ms; "
+                       "(%lld begins), %lld measured lightly, %lld queries (%lld by polls), %lld event errors; %lld queue waits (%.1f ms; "
                        "window %lld, work %lld, age %lld); "
                        "%lld intervals of other processes read (%lld skipped); period %.1f ms",
                        d, static_cast<unsigned>(c.mode), c.target_ppm, c.measured_ppm, c.correction_ppm,
                        c.busy_total_ns / 1e6, c.throttled_total_ns / 1e6, dl->signals.container_share(),
                        dl->signals.OthersBusy(now), static_cast<long long>(t.launches), static_cast<long long>(t.marks),
-                       static_cast<long long>(t.begins), static_cast<long long>(t.queries),
+                       static_cast<long long>(t.begins), static_cast<long long>(t.light_launches),
+                       static_cast<long long>(t.queries),
                        static_cast<long long>(t.poll_queries), static_cast<long long>(t.event_errors),
                        static_cast<long long>(t.queue_waits), t.queue_wait_ns / 1e6,
                        static_cast<long long>(t.queue_waits_window), static_cast<long long>(t.queue_waits_work),

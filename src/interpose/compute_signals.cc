@@ -64,6 +64,7 @@ double NvmlLoadSignals::ContainerShare(const std::vector<int32_t>& pids, double 
 void NvmlLoadSignals::Sample(const std::vector<int32_t>& pids, double event_share, int64_t now) {
   if (!Resolve()) {
     others_.store(-1, std::memory_order_relaxed);
+    device_busy_.store(-1, std::memory_order_relaxed);
     return;
   }
   // NVML's per-process SM utilisation is recorded (debug summary) but not used: on the H200
@@ -72,12 +73,14 @@ void NvmlLoadSignals::Sample(const std::vector<int32_t>& pids, double event_shar
   // share up (soft 30/80 alone reached 45, not 80; co-located 30 + 60 ran at 75 + 88).
   container_.store(ContainerShare(pids, event_share, now), std::memory_order_relaxed);
   nvmlUtilization_t utilization{};
-  double others = -1;
-  if (event_share >= 0 && g_nvml.nvmlDeviceGetUtilizationRates != nullptr &&
+  double device = -1;
+  if (g_nvml.nvmlDeviceGetUtilizationRates != nullptr &&
       g_nvml.nvmlDeviceGetUtilizationRates(static_cast<nvmlDevice_t>(device_), &utilization) == NVML_SUCCESS) {
-    others = std::max(0.0, std::min(utilization.gpu, 100u) / 100.0 - event_share);
+    device = std::min(utilization.gpu, 100u) / 100.0;
   }
-  others_.store(others, std::memory_order_relaxed);
+  device_busy_.store(device, std::memory_order_relaxed);
+  others_.store(event_share >= 0 && device >= 0 ? std::max(0.0, device - event_share) : -1.0,
+                std::memory_order_relaxed);
 }
 
 }  // namespace vgpu::compute_limit

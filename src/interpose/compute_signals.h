@@ -7,6 +7,7 @@
 //
 //   OthersBusy       max(0, device utilisation (nvmlDeviceGetUtilizationRates) - the container's
 //                    event-measured share). Both are time shares of the same GPU.
+//   device_busy      the device utilisation itself, for Controller::Unbound (light measurement).
 //   ReferenceShare   none (-1): NVML's per-process SM utilisation (nvmlDeviceGetProcessUtilization,
 //                    summed over the container's host pids from the ledger) is sampled for the debug
 //                    summary only. On the H200 it read well below the device utilisation for a lone
@@ -42,6 +43,9 @@ class NvmlLoadSignals final : public compute::LoadSignals {
 
   // Last container share NVML reported (0..1), -1 when unknown; for the debug summary.
   double container_share() const { return container_.load(std::memory_order_relaxed); }
+  // The whole GPU's utilisation at the last sample (nvmlDeviceGetUtilizationRates, 0..1), -1 when
+  // unknown: an upper bound of the container's share (Controller::Unbound).
+  double device_busy() const { return device_busy_.load(std::memory_order_relaxed); }
 
  private:
   bool Resolve();
@@ -56,6 +60,7 @@ class NvmlLoadSignals final : public compute::LoadSignals {
   int64_t held_since_ns_ = 0;
   std::atomic<double> others_{-1};
   std::atomic<double> container_{-1};
+  std::atomic<double> device_busy_{-1};
 };
 
 }  // namespace vgpu::compute_limit
