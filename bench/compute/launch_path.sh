@@ -2,8 +2,9 @@
 # What the limited launch path costs one host thread, taken apart: bench/compute/concurrency.cu's
 # one stream of kernels with host work after each launch, run natively, natively with a timing
 # event recorded and queried after every launch (the limiter's driver calls without the limiter),
-# preloaded without a limit, and preloaded at a limit of 99 (where almost nothing is throttled),
-# in rounds whose order rotates. Needs a GPU and nvcc.
+# preloaded without a limit, preloaded at a limit of 99 (where almost nothing is throttled), and
+# the same with VGPU_COMPUTE_LIGHT=false (every launch measured exactly: "exact99"), in rounds
+# whose order rotates. Needs a GPU and nvcc.
 #
 #   bench/compute/launch_path.sh LIBRARY [ROUNDS]     (default 3 rounds)
 #
@@ -34,6 +35,8 @@ run() {
     preload) env=(LD_PRELOAD="$LIB" CUDA_DEVICE_MEMORY_SHARED_CACHE="$WORK/ledger.$RANDOM$RANDOM") ;;
     limit99) env=(LD_PRELOAD="$LIB" CUDA_DEVICE_MEMORY_SHARED_CACHE="$WORK/ledger.$RANDOM$RANDOM"
                   CUDA_DEVICE_SM_LIMIT=99 LIBCUDA_LOG_LEVEL=4) ;;
+    exact99) env=(LD_PRELOAD="$LIB" CUDA_DEVICE_MEMORY_SHARED_CACHE="$WORK/ledger.$RANDOM$RANDOM"
+                  CUDA_DEVICE_SM_LIMIT=99 LIBCUDA_LOG_LEVEL=4 VGPU_COMPUTE_LIGHT=false) ;;
   esac
   if ! env "${env[@]}" "$WORK/concurrency" run "$@" "${extra[@]}" --warmup 0.3 --seconds 1.5 --host-times \
       >"$WORK/out" 2>"$WORK/err"; then
@@ -60,8 +63,9 @@ for workload in "dry:--kernel-us 10 --host-ns 20000" "balanced:--kernel-us 20 --
   read -r -a args <<<"${workload#*:}"
   declare -A rates=() calls=() extras=()
   for r in $(seq 1 "$ROUNDS"); do
-    case $((r % 3)) in 1) order="native events preload limit99" ;; 2) order="limit99 preload events native" ;;
-                       *) order="events native limit99 preload" ;; esac
+    case $((r % 3)) in 1) order="native events preload limit99 exact99" ;;
+                       2) order="exact99 limit99 preload events native" ;;
+                       *) order="events native exact99 limit99 preload" ;; esac
     for v in $order; do
       read -r rate launch_us marks queries <<<"$(run "$v" "${args[@]}")"
       rates[$v]="${rates[$v]:-} $rate"
@@ -69,7 +73,7 @@ for workload in "dry:--kernel-us 10 --host-ns 20000" "balanced:--kernel-us 20 --
       [ -n "${marks:-}" ] && extras[$v]="${extras[$v]:-} $marks/$queries"
     done
   done
-  for v in native events preload limit99; do
+  for v in native events preload limit99 exact99; do
     python3 - "$name" "$v" "${rates[native]}" "${rates[$v]}" "${calls[$v]}" "${extras[$v]:-}" <<'EOF'
 import statistics, sys
 name, v, native, rates, calls, extras = sys.argv[1:7]
