@@ -148,8 +148,12 @@ DEFAULT_GROUPS = "30+60,30+30+30"
 DEFAULT_SERVING_ARGS = ("--warmup 2 --seconds 12 --layers 16 --d-model 4096 --heads 32 "
                         "--min-prompt 256 --max-prompt 256 --min-output 128 --max-output 128")
 # A row busy less than this (native GPU-Util, %) is limited by its own demand, not the GPU: a
-# limit takes the part of its busy time above the limit (expected_share).
-DEMAND_UTIL = 90.0
+# limit takes the part of its busy time above the limit (expected_share). Rows that fill the GPU
+# read 99-100 (the driver's samples); the serving row's natives run 86-96% busy, and it got its E
+# on both sides of the 90 this line was until 2026-11-27, where one verdict was against the limit
+# itself: 65.6 at 60 with natives 90.0% busy (E 66.7) and 94.7 at 90 with natives 95% busy (E
+# 94.7; H200, docs/benchmarks.md).
+DEMAND_UTIL = 97.0
 REPEAT = "measured again in"  # --from-json: a row or group a later part measured again
 BUILD_S = 20.0     # nvcc of concurrency.cu, estimated
 SPAWN_S = 0.3      # process exit and spawn around the run, estimated

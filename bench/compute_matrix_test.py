@@ -328,6 +328,16 @@ class Arithmetic(unittest.TestCase):
         self.assertIn(" of 100.0 ", cm.markdown(lines, summary, [], "h"))
         self.assertIn("share 90.0 of 100.0", cm.tsv(lines, []))
 
+    def test_a_row_a_few_points_below_the_gpu_is_judged_by_its_busy_time_too(self):
+        # natives 95% busy: a limit of 90 leaves 94.7% of their busy time; a row filling the GPU
+        # (99) is judged against the limit
+        for util, rate, expected in ((95.0, 1894.0, 94.7), (99.0, 1800.0, 90.0)):
+            native = dict(rate=2000.0, util=util)
+            lines, _ = cm.analyse([rec(["run", "serving", None], **native), rec(["run", "serving", 90], rate=rate),
+                                   rec(["run", "serving", None], **native)])
+            self.assertAlmostEqual(lines[0]["expected"], expected, places=1)
+            self.assertTrue(lines[0]["pass"], util)
+
     def capped(self, limited, native_extra=None, alone=True):
         native = dict(rate=600.0, util=100.0, clock=1460.0, capped=0.9, **(native_extra or {}))
         if alone:
