@@ -317,7 +317,8 @@ int64_t BusyTracker::BeforeLaunch(StreamKey stream, int64_t now, LaunchTicket* t
     }
     // Nothing to wait for (no events available): measuring is impossible, launch unmetered.
   }
-  const bool light = light_.load(std::memory_order_relaxed);
+  const bool light = light_.load(std::memory_order_relaxed) &&
+                     (other_stream_ns_ == 0 || now - other_stream_ns_ >= options_.light_alone_ns);
   if (!light) CollapseIntervalIfShallowLocked(st);
   st.sampling = !st.last_mark_deep && LaunchedSlowerLocked(st) && UniformCostLocked(st) && DrawSampleLocked();
   if (st.sampling) MarkTailLocked(st, now);  // the sampled launch starts an interval
@@ -365,6 +366,10 @@ int64_t BusyTracker::AfterLaunch(const LaunchTicket& ticket, bool launched, int6
     st.tail_estimate_ns += estimate;
     st.last_launch_ns = now;
     st.last_launch_seq = ++launch_seq_;
+    if (ticket.slot != last_launch_slot_) {
+      if (last_launch_slot_ >= 0) other_stream_ns_ = now;
+      last_launch_slot_ = ticket.slot;
+    }
     if (st.tail_launches >= st.mark_interval || now - st.last_mark_ns >= options_.max_mark_age_ns || st.sampling) {
       MarkTailLocked(st, now);
     }
@@ -376,6 +381,15 @@ int64_t BusyTracker::AfterLaunch(const LaunchTicket& ticket, bool launched, int6
     polled->Add(PollLocked(now));
   }
   return estimate;
+}
+
+void BusyTracker::SetLight(bool light, int64_t now) {
+  light_.store(light && now >= light_hold_until_.load(std::memory_order_relaxed), std::memory_order_relaxed);
+}
+
+void BusyTracker::EndLight(int64_t now) {
+  light_hold_until_.store(now + options_.light_hold_ns, std::memory_order_relaxed);
+  light_.store(false, std::memory_order_relaxed);
 }
 
 // Under light measurement a tail that began with a launch onto an idle stream without a begin is

@@ -219,9 +219,16 @@ struct BusyTrackerOptions {
   // charged its launches' estimates, learned from the sampled ones, and its tail is marked every
   // light_mark_interval launches. On an H200 a stream run dry before every launch paid a query, a
   // begin and a mark per launch, ~2.5 us of host time: 88.5% of its native rate at a limit of 99
-  // (docs/benchmarks.md, 2026-11-27).
+  // (docs/benchmarks.md, 2026-11-27). Only while the process launched on one stream alone for
+  // light_alone_ns: an estimate is not added to the union, so concurrent streams' estimates
+  // would each count the time they share (in the simulation 2 processes x 4 threads of 20 us
+  // kernels, 67% busy natively, were throttled to 80% of their native rate at a limit of 80 where
+  // exact measurement left them 96%). And not for light_hold_ns after a launch was told to wait
+  // (EndLight): a wait means the limit binds, or estimates overcharged.
   int light_sample_every = 8;
   int light_mark_interval = 8;
+  int64_t light_alone_ns = 100'000'000;
+  int64_t light_hold_ns = 1'000'000'000;
 };
 
 // Returned by BeforeLaunch, passed back to AfterLaunch.
@@ -259,7 +266,7 @@ struct TrackerStats {
   int64_t queue_waits_window = 0;
   int64_t queue_waits_work = 0;
   int64_t queue_waits_age = 0;
-  int64_t light_launches = 0; // launches onto a stream run dry measured lightly (no begin)
+  int64_t light_launches = 0;  // launches onto a stream run dry measured lightly (no begin)
   int64_t shared_read = 0;     // other processes' intervals added from the BusyRing
   int64_t shared_skipped = 0;  // ring slots found overwritten or being written
   int streams = 0;
@@ -313,10 +320,13 @@ class BusyTracker {
   PollResult Tick(int64_t now);
   // True when some launch is still unmeasured (work may be in flight).
   bool HasPendingWork() const;
-  // Light measurement on or off (BusyTrackerOptions::light_sample_every): from the thread that
-  // knows the container runs well below its limit (Controller::Unbound), and off at once when a
-  // launch is told to wait. Takes effect at each stream's next launch onto an idle queue.
-  void SetLight(bool light) { light_.store(light, std::memory_order_relaxed); }
+  // Light measurement on or off (BusyTrackerOptions::light_sample_every), from the thread that
+  // knows whether the container runs well below its limit (Controller::Unbound); on only once
+  // light_hold_ns have passed since the last EndLight. Takes effect at each stream's next launch
+  // onto an idle queue, while the process launches on that stream alone.
+  void SetLight(bool light, int64_t now);
+  // A launch was told to wait: exact measurement at once, and for light_hold_ns.
+  void EndLight(int64_t now);
   bool light() const { return light_.load(std::memory_order_relaxed); }
 
   // REQUIRES: called BEFORE the stream is destroyed (its tail is marked on it). Its pending marks
@@ -482,6 +492,10 @@ class BusyTracker {
   uint64_t launch_seq_ = 0;                        // launches on any stream; guarded by mu_
   uint64_t sample_rng_ = 0x9e3779b97f4a7c15ULL;     // xorshift state for uniform samples; guarded by mu_
   std::atomic<bool> light_{false};                  // SetLight
+  std::atomic<int64_t> light_hold_until_{0};        // EndLight
+  int32_t last_launch_slot_ = -1;                  // the stream launched on last; guarded by mu_
+  int64_t other_stream_ns_ = 0;                    // a launch on another stream than the one
+                                                   // before it, last (0: never); guarded by mu_
   double default_estimate_ns_ = 0;                 // guarded by mu_
   bool has_default_estimate_ = false;              // guarded by mu_
   bool events_exhausted_ = false;                  // guarded by mu_

@@ -191,7 +191,7 @@ TEST(BusyTrackerTest, LightMeasurementSamplesLaunchesOntoAnIdleStream) {
   }
   const TrackerStats before = rig.tracker.stats();
   const int64_t measured_before = rig.Measured();
-  rig.tracker.SetLight(true);
+  rig.tracker.SetLight(true, rig.now);
   constexpr int kLaunches = 800;
   for (int i = 0; i < kLaunches; ++i) {
     ASSERT_TRUE(rig.Launch(rig.s0, 100 * kUs));
@@ -212,7 +212,7 @@ TEST(BusyTrackerTest, LightMeasurementSamplesLaunchesOntoAnIdleStream) {
   // The estimate is the launches' cost: what is charged is what ran, within a few launches.
   EXPECT_NEAR(static_cast<double>(rig.Measured() - measured_before), kLaunches * 100.0 * kUs, 400.0 * kUs);
 
-  rig.tracker.SetLight(false);
+  rig.tracker.SetLight(false, rig.now);
   const TrackerStats exact = rig.tracker.stats();
   for (int i = 0; i < 10; ++i) {
     ASSERT_TRUE(rig.Launch(rig.s0, 100 * kUs));
@@ -235,16 +235,51 @@ TEST(BusyTrackerTest, LightTailsAreNotMarkedBeforeAWait) {
     rig.Advance(300 * kUs);
     rig.Measured();
   }
-  rig.tracker.SetLight(true);
+  rig.tracker.SetLight(true, rig.now);
   ASSERT_TRUE(rig.Launch(rig.s0, 100 * kUs));  // onto an idle stream: no begin, the tail stays open
   const int64_t marks = rig.tracker.stats().marks;
   const StreamKey s0 = static_cast<StreamKey>(rig.s0);
   rig.tracker.FlushBeforeWait(rig.now, &s0);
   rig.tracker.Flush(rig.now);
   EXPECT_EQ(rig.tracker.stats().marks, marks);
-  rig.tracker.SetLight(false);
+  rig.tracker.SetLight(false, rig.now);
   rig.tracker.FlushBeforeWait(rig.now, &s0);
   EXPECT_EQ(rig.tracker.stats().marks, marks + 1);
+}
+
+// Light measurement only while the process launches on one stream alone (concurrent streams'
+// estimates would each count the time they share), and not for light_hold_ns after EndLight.
+TEST(BusyTrackerTest, LightMeasurementNeedsOneStreamAloneAndNoRecentWait) {
+  Rig rig;
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_TRUE(rig.Launch(rig.s0, 100 * kUs));
+    rig.Advance(300 * kUs);
+    rig.Measured();
+  }
+  rig.tracker.SetLight(true, rig.now);
+  ASSERT_TRUE(rig.tracker.light());
+  for (int i = 0; i < 100; ++i) {  // two streams, each idle at its launches
+    ASSERT_TRUE(rig.Launch(i % 2 == 0 ? rig.s0 : rig.s1, 100 * kUs));
+    rig.Advance(300 * kUs);
+    rig.Measured();
+  }
+  // a second stream is seen once it launched: the first launch on each went lightly
+  EXPECT_LE(rig.tracker.stats().light_launches, 2);
+  const int64_t before_alone = rig.tracker.stats().light_launches;
+  rig.Advance(BusyTrackerOptions().light_alone_ns);
+  for (int i = 0; i < 100; ++i) {  // one stream alone again
+    ASSERT_TRUE(rig.Launch(rig.s0, 100 * kUs));
+    rig.Advance(300 * kUs);
+    rig.Measured();
+  }
+  EXPECT_GT(rig.tracker.stats().light_launches, before_alone);
+
+  rig.tracker.EndLight(rig.now);
+  EXPECT_FALSE(rig.tracker.light());
+  rig.tracker.SetLight(true, rig.now + BusyTrackerOptions().light_hold_ns / 2);
+  EXPECT_FALSE(rig.tracker.light());
+  rig.tracker.SetLight(true, rig.now + BusyTrackerOptions().light_hold_ns);
+  EXPECT_TRUE(rig.tracker.light());
 }
 
 TEST(BusyTrackerTest, DeepQueueIsMeasuredWithFewMarks) {

@@ -394,6 +394,45 @@ TEST(ConcurrencyTest, ALauncherWellBelowItsLimitKeepsItsNativeRate) {
   }
 }
 
+// Light measurement is for one stream of one process: host threads each on their own stream,
+// overlapping, in one or two processes, 33-67% busy natively (their launches find their streams
+// idle). Estimates are not in the union, so light measurement there counted their shared time
+// once per stream: at 80 two processes were throttled to 80% of their native rate, where exact
+// measurement leaves them 96%.
+TEST(ConcurrencyTest, ConcurrentLaunchersBelowTheLimitAreNotOvercharged) {
+  for (int processes : {1, 2}) {
+    auto run = [&](int target) {
+      Simulation sim;
+      ContainerSpec spec;
+      spec.limits = ComputeLimits::FromPercent(target, 0, 1);
+      spec.use_limiter = target > 0;
+      spec.tick_ns = 2 * kMs;
+      const int c = sim.AddContainer(spec);
+      for (int p = 0; p < processes; ++p) {
+        const int process = sim.AddProcess(c);
+        for (int t = 0; t < 4; ++t) {
+          WorkloadSpec w;
+          w.kernels_ns = {20 * kUs};
+          w.think_ns = 60 * kUs;
+          w.width = 0.25;
+          w.seed = 1 + t + 16 * p;
+          sim.AddThread(process, w);
+        }
+      }
+      sim.RunUntil(kEnd);
+      return std::make_pair(static_cast<double>(sim.ContainerWorkNs(c, kWarmup, kEnd)),
+                            sim.Snapshot(c).throttled_total_ns);
+    };
+    const double native = run(0).first;
+    const auto [work, throttled] = run(80);
+    std::printf("[ light ] %d process(es) x 4 threads of 20 us kernels at 80: %.1f of native, throttled %.1f ms\n",
+                processes, 100.0 * work / native, static_cast<double>(throttled) / 1e6);
+    SCOPED_TRACE(processes);
+    EXPECT_GT(100.0 * work / native, 94.0);
+    EXPECT_EQ(throttled, 0u);
+  }
+}
+
 // Light measurement ends as the container's demand rises: a launcher run dry at every launch
 // (light) is joined by a saturating one; the container is held to its limit from the next
 // signal on, measured exactly again.
@@ -421,6 +460,8 @@ TEST(ConcurrencyTest, LightMeasurementEndsWhenTheDemandRises) {
   std::printf("[ light ] joined by a saturating launcher at 60: busy %.1f%%, light launches %lld then %lld\n",
               share, static_cast<long long>(light_before), static_cast<long long>(sim.Stats(process).light_launches));
   EXPECT_NEAR(share, 60.0, 2.0);
+  // and it ended within a few signals (2 s of it had measured light_before launches lightly)
+  EXPECT_LT(sim.Stats(process).light_launches - light_before, light_before / 4);
 }
 
 }  // namespace

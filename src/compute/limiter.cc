@@ -25,7 +25,7 @@ int64_t ComputeLimiter::BeforeLaunch(StreamKey stream, int64_t now, LaunchTicket
     // first, hands the turn back now, not at its next Tick (the claim, a sum of estimates, often
     // ends later than the work did).
     if (!tracker_->HasPendingWork()) controller_->ReleaseTurn(now);
-    tracker_->SetLight(false);  // limited now: measure exactly (Controller::Unbound)
+    tracker_->EndLight(now);  // limited now, or estimates overcharged: measure exactly
     tracker_->Flush(now);  // the streams will run dry while we sleep: mark where they end
     controller_->AddThrottled(wait);
     return wait;

@@ -75,7 +75,8 @@ struct ContainerSpec {
   int64_t tick_ns = 0;            // > 0: a background Tick() every tick_ns in each process
   // With ticks, as libvgpu's monitor thread does: every light_period_ns the tracker's light
   // measurement is set from Controller::Unbound with the whole GPU's busy share over the last
-  // light_window_ns (NVML's GPU-Util; VGPU_COMPUTE_LIGHT). 0: never light.
+  // light_window_ns (NVML's GPU-Util; VGPU_COMPUTE_LIGHT), for a container of one process. 0:
+  // never light.
   int64_t light_period_ns = 100'000'000;
   int64_t light_window_ns = 167'000'000;
   // The trackers take the simulated GPU's event_gpu_ns for tracker.mark_gpu_ns (whose default
