@@ -304,28 +304,34 @@ PY
       sed -n 's/.* \([0-9][0-9]*\) launches, \([0-9][0-9]*\) marks .*/\1 \2/p' "$1" | tail -1 |
         awk '$1 > 0 { printf "%.2f", $2 / $1; found = 1 } END { if (!found) printf "?" }'
     }
-    for streams in 1 16; do
-      args=(run --streams "$streams" --kernel-us 2 --warmup 0.3 --seconds 1)
-      ledger="$DETAIL/compute/launch-$streams.ledger"
-      summary="$DETAIL/compute/launch-$streams.summary"
-      ratios="" rates="" marks=""
+    # alternate KEY LIMIT EXTRA_ENV ARGS...: three rounds of concurrency ARGS natively, then
+    # preloaded at LIMIT with EXTRA_ENV (a word such as VAR=value, or ""); sets ratios (limited
+    # over native launches/s), rates and marks per round, and median (empty: a run failed).
+    alternate() {
+      local key=$1 limit=$2 extra=$3 native limited round
+      shift 3
+      local ledger="$DETAIL/compute/$key.ledger" summary="$DETAIL/compute/$key.summary"
+      ratios="" rates="" marks="" median=""
       for round in 1 2 3; do
         rm -f "$ledger"
-        native=$("$G/concurrency" "${args[@]}" 2>>"$LOG" | rate_of)
-        limited=$(env LD_PRELOAD="$LIB" CUDA_DEVICE_SM_LIMIT=99 CUDA_DEVICE_MEMORY_SHARED_CACHE="$ledger" \
-          LIBCUDA_LOG_LEVEL=4 "$G/concurrency" "${args[@]}" 2>"$summary" | rate_of)
+        native=$("$G/concurrency" "$@" 2>>"$LOG" | rate_of)
+        limited=$(env LD_PRELOAD="$LIB" CUDA_DEVICE_SM_LIMIT="$limit" CUDA_DEVICE_MEMORY_SHARED_CACHE="$ledger" \
+          $extra LIBCUDA_LOG_LEVEL=4 "$G/concurrency" "$@" 2>"$summary" | rate_of)
         cat "$summary" >>"$LOG"
-        [ -n "$native" ] && [ -n "$limited" ] || { ratios=""; break; }
+        [ -n "$native" ] && [ -n "$limited" ] || { ratios=""; return; }
         ratios+="$(awk -v a="$limited" -v b="$native" 'BEGIN { printf "%.3f", a / b }') "
         rates+="${limited%.*}/${native%.*} "
         marks+="$(marks_of "$summary") "
       done
+      median=$(echo $ratios | tr ' ' '\n' | sort -n | sed -n 2p)
+    }
+    for streams in 1 16; do
+      alternate "launch-$streams" 99 "" run --streams "$streams" --kernel-us 2 --warmup 0.3 --seconds 1
       name="compute launch path: $streams stream(s) of 2 us kernels at 99, launch rate against native"
       if [ -z "$ratios" ]; then
         row "$name" FAIL "a run failed; see $LOG"
         continue
       fi
-      median=$(echo $ratios | tr ' ' '\n' | sort -n | sed -n 2p)
       detail="median ratio $median of ${ratios% } (limited/native launches/s: ${rates% }; marks per launch: ${marks% })"
       if [ "$streams" != 1 ]; then
         row "$name" INFO "$detail"
@@ -338,29 +344,16 @@ PY
     # Light measurement (docs/compute.md, "Light measurement"): a launcher slower than its kernels
     # (10 us kernels, 20 us of host work after each launch: its stream is idle at every launch)
     # well below its limit (90) keeps its native rate; measured exactly (VGPU_COMPUTE_LIGHT=false)
-    # every launch pays a begin and a mark, shown as INFO (on the H200 it did 0.885 of native at
-    # 99, 2026-11-27). Three alternations, the median ratio of launch rates.
-    args=(run --streams 1 --kernel-us 10 --host-ns 20000 --warmup 0.3 --seconds 1)
+    # every launch pays a begin and a mark, shown as INFO (on the H200 0.976 and 0.893 of native,
+    # 2026-11-27). Three alternations, the median ratio of launch rates.
     for light in true false; do
-      ledger="$DETAIL/compute/light-$light.ledger"
-      summary="$DETAIL/compute/light-$light.summary"
-      ratios="" marks=""
-      for round in 1 2 3; do
-        rm -f "$ledger"
-        native=$("$G/concurrency" "${args[@]}" 2>>"$LOG" | rate_of)
-        limited=$(env LD_PRELOAD="$LIB" CUDA_DEVICE_SM_LIMIT=90 CUDA_DEVICE_MEMORY_SHARED_CACHE="$ledger" \
-          VGPU_COMPUTE_LIGHT="$light" LIBCUDA_LOG_LEVEL=4 "$G/concurrency" "${args[@]}" 2>"$summary" | rate_of)
-        cat "$summary" >>"$LOG"
-        [ -n "$native" ] && [ -n "$limited" ] || { ratios=""; break; }
-        ratios+="$(awk -v a="$limited" -v b="$native" 'BEGIN { printf "%.3f", a / b }') "
-        marks+="$(marks_of "$summary") "
-      done
+      alternate "light-$light" 90 "VGPU_COMPUTE_LIGHT=$light" run --streams 1 --kernel-us 10 --host-ns 20000 \
+        --warmup 0.3 --seconds 1
       name="compute light measurement: 10 us kernels with 20 us host work at 90, VGPU_COMPUTE_LIGHT=$light"
       if [ -z "$ratios" ]; then
         row "$name" FAIL "a run failed; see $LOG"
         continue
       fi
-      median=$(echo $ratios | tr ' ' '\n' | sort -n | sed -n 2p)
       detail="median ratio $median of ${ratios% } against native; marks per launch: ${marks% }"
       if [ "$light" = false ]; then
         row "$name" INFO "$detail"
