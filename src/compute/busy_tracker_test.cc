@@ -114,6 +114,15 @@ class Rig {
     now += dt;
     gpu_.AdvanceTo(now);
   }
+  // `n` launches of `duration`, one every `every` (the stream runs dry in between), each followed
+  // by a poll.
+  void LaunchEvery(int stream, int64_t duration, int64_t every, int n) {
+    for (int i = 0; i < n; ++i) {
+      ASSERT_TRUE(Launch(stream, duration));
+      Advance(every);
+      Measured();
+    }
+  }
   int64_t Measured() {
     result.Add(tracker.Poll(now));
     return result.busy_ns;
@@ -184,20 +193,12 @@ TEST(BusyTrackerTest, IdleGapsBetweenLaunchesAreNotCounted) {
 // which for launches of one cost is their cost. Off again, every idle start is bracketed.
 TEST(BusyTrackerTest, LightMeasurementSamplesLaunchesOntoAnIdleStream) {
   Rig rig;
-  for (int i = 0; i < 20; ++i) {  // learn the cost and open the queue's window
-    ASSERT_TRUE(rig.Launch(rig.s0, 100 * kUs));
-    rig.Advance(300 * kUs);
-    rig.Measured();
-  }
+  rig.LaunchEvery(rig.s0, 100 * kUs, 300 * kUs, 20);  // learn the cost, open the queue's window
   const TrackerStats before = rig.tracker.stats();
   const int64_t measured_before = rig.Measured();
   rig.tracker.SetLight(true, rig.now);
   constexpr int kLaunches = 800;
-  for (int i = 0; i < kLaunches; ++i) {
-    ASSERT_TRUE(rig.Launch(rig.s0, 100 * kUs));
-    rig.Advance(300 * kUs);
-    rig.Measured();
-  }
+  rig.LaunchEvery(rig.s0, 100 * kUs, 300 * kUs, kLaunches);
   rig.tracker.Flush(rig.now);
   rig.Advance(1 * kMs);
   const TrackerStats light = rig.tracker.stats();
@@ -214,11 +215,7 @@ TEST(BusyTrackerTest, LightMeasurementSamplesLaunchesOntoAnIdleStream) {
 
   rig.tracker.SetLight(false, rig.now);
   const TrackerStats exact = rig.tracker.stats();
-  for (int i = 0; i < 10; ++i) {
-    ASSERT_TRUE(rig.Launch(rig.s0, 100 * kUs));
-    rig.Advance(300 * kUs);
-    rig.Measured();
-  }
+  rig.LaunchEvery(rig.s0, 100 * kUs, 300 * kUs, 10);
   // The first launches may still join the open light tail (until a query finds its stream run
   // dry and the marks turn dense again); the others start idle with a begin.
   EXPECT_GE(rig.tracker.stats().begins - exact.begins, 7);
@@ -230,11 +227,7 @@ TEST(BusyTrackerTest, LightTailsAreNotMarkedBeforeAWait) {
   BusyTrackerOptions options = ExactOptions();
   options.light_sample_every = 0;  // never sampled
   Rig rig(options);
-  for (int i = 0; i < 20; ++i) {
-    ASSERT_TRUE(rig.Launch(rig.s0, 100 * kUs));
-    rig.Advance(300 * kUs);
-    rig.Measured();
-  }
+  rig.LaunchEvery(rig.s0, 100 * kUs, 300 * kUs, 20);  // learn the cost, open the queue's window
   rig.tracker.SetLight(true, rig.now);
   ASSERT_TRUE(rig.Launch(rig.s0, 100 * kUs));  // onto an idle stream: no begin, the tail stays open
   const int64_t marks = rig.tracker.stats().marks;
@@ -251,11 +244,7 @@ TEST(BusyTrackerTest, LightTailsAreNotMarkedBeforeAWait) {
 // estimates would each count the time they share), and not for light_hold_ns after EndLight.
 TEST(BusyTrackerTest, LightMeasurementNeedsOneStreamAloneAndNoRecentWait) {
   Rig rig;
-  for (int i = 0; i < 20; ++i) {
-    ASSERT_TRUE(rig.Launch(rig.s0, 100 * kUs));
-    rig.Advance(300 * kUs);
-    rig.Measured();
-  }
+  rig.LaunchEvery(rig.s0, 100 * kUs, 300 * kUs, 20);  // learn the cost, open the queue's window
   rig.tracker.SetLight(true, rig.now);
   ASSERT_TRUE(rig.tracker.light());
   for (int i = 0; i < 100; ++i) {  // two streams, each idle at its launches
@@ -267,11 +256,7 @@ TEST(BusyTrackerTest, LightMeasurementNeedsOneStreamAloneAndNoRecentWait) {
   EXPECT_LE(rig.tracker.stats().light_launches, 2);
   const int64_t before_alone = rig.tracker.stats().light_launches;
   rig.Advance(BusyTrackerOptions().light_alone_ns);
-  for (int i = 0; i < 100; ++i) {  // one stream alone again
-    ASSERT_TRUE(rig.Launch(rig.s0, 100 * kUs));
-    rig.Advance(300 * kUs);
-    rig.Measured();
-  }
+  rig.LaunchEvery(rig.s0, 100 * kUs, 300 * kUs, 100);  // one stream alone again
   EXPECT_GT(rig.tracker.stats().light_launches, before_alone);
 
   rig.tracker.EndLight(rig.now);
