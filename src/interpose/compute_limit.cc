@@ -248,8 +248,9 @@ bool Capturing(CUstream stream, bool ptsz) {
 // Started with the first limiter. Every kMonitorPeriodNs it polls completions of limiters with
 // work in flight (so a long kernel keeps the priority heartbeat alive and its busy time is
 // charged while the application waits in a synchronisation we do not see), and every
-// kSignalPeriodNs it samples NVML for the soft limit and the reference share. It never launches
-// and never blocks a launching thread (the limiter's locks are held briefly).
+// kSignalPeriodNs it samples NVML for the soft limit, the reference share and light measurement
+// (VGPU_COMPUTE_LIGHT: docs/compute.md). It never launches and never blocks a launching thread
+// (the limiter's locks are held briefly).
 
 constexpr int64_t kMonitorPeriodNs = 5'000'000;
 constexpr int64_t kMonitorIdlePeriodNs = 50'000'000;  // nothing launched for kIdleAfterNs

@@ -20,7 +20,7 @@
 //
 // Completions are polled from launches and synchronisations (Tick at most every 2 ms) and by a
 // monitor thread started with the first limiter (every 5 ms while work is in flight; it also
-// samples NVML for the soft limit and the reference share).
+// samples NVML for the soft limit, the reference share and light measurement).
 // After fork() the child forgets the parent's limiters (it must call cuInit again anyway).
 //
 // Thread safety: all functions may be called from any thread.
