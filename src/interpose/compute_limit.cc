@@ -463,7 +463,8 @@ __attribute__((destructor)) void LogSummaries() {
     VGPU_LOG_UNLIMITED(LogLevel::kDebug,
                        "compute device %d: mode %u, target %d ppm, measured %d ppm, correction %d ppm, busy %.1f ms, "
                        "throttled %.1f ms, NVML share %.3f, others busy %.3f; %lld launches, %lld marks "
-                       "(%lld begins), %lld measured lightly, %lld queries (%lld by polls), %lld event errors; %lld queue waits (%.1f ms; "
+                       "(%lld begins), %lld measured lightly, %lld queries (%lld by polls), %lld event errors; "
+                       "%lld queue waits (%.1f ms; "
                        "window %lld, work %lld, age %lld); "
                        "%lld intervals of other processes read (%lld skipped); period %.1f ms",
                        d, static_cast<unsigned>(c.mode), c.target_ppm, c.measured_ppm, c.correction_ppm,
