@@ -113,8 +113,8 @@ int64_t Controller::RunDelayNs(int64_t now, int64_t debt) {
   return 0;
 }
 
-bool Controller::Unbound(double device_busy, int64_t now) const {
-  if (options_.light_margin_ppm < 0 || !(device_busy >= 0)) return false;
+bool Controller::Unbound(double device_busy, int processes, int64_t now) const {
+  if (options_.light_margin_ppm < 0 || !(device_busy >= 0) || processes > 1) return false;
   if (state_->mode.load(kRelaxed) != static_cast<uint32_t>(Mode::kHard)) return false;
   const int32_t hard = hard_ppm_.load(kRelaxed);
   if (hard <= 0 || hard >= kFullShare || soft_ppm_.load(kRelaxed) > hard) return false;

@@ -216,10 +216,11 @@ class Controller {
   // Whether the container surely runs well below its limit, by a sensor it does not produce
   // itself: `device_busy` (0..1; negative: unknown), the share of recent time the whole GPU was
   // busy (NVML's GPU-Util: the container's own share is at most that), is below the hard limit by
-  // more than light_margin_ppm, the container owes nothing, and it is under a hard limit alone
-  // (no soft limit, not yielding). Its busy time then need not be measured exactly
-  // (BusyTracker::SetLight).
-  bool Unbound(double device_busy, int64_t now) const;
+  // more than light_margin_ppm, the container owes nothing, it is under a hard limit alone (no
+  // soft limit, not yielding), and it is at most one process (`processes`, the ledger's: the
+  // processes' estimates are not in the busy ring they share, so each would count the time they
+  // overlap). Its busy time then need not be measured exactly (BusyTracker::SetLight).
+  bool Unbound(double device_busy, int processes, int64_t now) const;
   // Last time any process of the container noted activity on this GPU (0 = never).
   int64_t LastActivityNs() const { return state_->last_launch_ns.load(std::memory_order_relaxed); }
 

@@ -57,29 +57,31 @@ TEST(ControllerTest, AllZeroStateAdmitsAtOnce) {
 }
 
 // Light measurement is allowed only while a sensor the container does not produce (the whole
-// GPU's busy share) puts it more than the margin below its hard limit, and it owes nothing.
+// GPU's busy share) puts it more than the margin below its hard limit, it owes nothing and it is
+// one process.
 TEST(ControllerTest, UnboundNeedsTheWholeGpuWellBelowTheLimitAndNoDebt) {
   ComputeShareState state{};
   Controller c(&state, nullptr, nullptr, ControllerOptions(), Limits(60));
   ASSERT_EQ(c.AdmitDelayNs(kStart), 0);
-  EXPECT_TRUE(c.Unbound(0.45, kStart));
-  EXPECT_FALSE(c.Unbound(0.55, kStart));  // within 10 points of the limit
-  EXPECT_FALSE(c.Unbound(-1, kStart));    // unknown
-  c.Charge(10 * kMs, kStart);             // 16.7 ms of debt
-  EXPECT_FALSE(c.Unbound(0.2, kStart));
-  EXPECT_TRUE(c.Unbound(0.2, kStart + 20 * kMs));  // paid
+  EXPECT_TRUE(c.Unbound(0.45, 1, kStart));
+  EXPECT_FALSE(c.Unbound(0.55, 1, kStart));  // within 10 points of the limit
+  EXPECT_FALSE(c.Unbound(-1, 1, kStart));    // unknown
+  EXPECT_FALSE(c.Unbound(0.45, 2, kStart));  // two processes: their estimates are not in their ring
+  c.Charge(10 * kMs, kStart);                // 16.7 ms of debt
+  EXPECT_FALSE(c.Unbound(0.2, 1, kStart));
+  EXPECT_TRUE(c.Unbound(0.2, 1, kStart + 20 * kMs));  // paid
 
   ComputeShareState soft_state{};
   Controller soft(&soft_state, nullptr, nullptr, ControllerOptions(), Limits(60, 80));
   ASSERT_EQ(soft.AdmitDelayNs(kStart), 0);
-  EXPECT_FALSE(soft.Unbound(0.2, kStart));  // a soft limit: its share follows the neighbours
+  EXPECT_FALSE(soft.Unbound(0.2, 1, kStart));  // a soft limit: its share follows the neighbours
 
   ControllerOptions never;
   never.light_margin_ppm = -1;
   ComputeShareState never_state{};
   Controller off(&never_state, nullptr, nullptr, never, Limits(60));
   ASSERT_EQ(off.AdmitDelayNs(kStart), 0);
-  EXPECT_FALSE(off.Unbound(0.0, kStart));
+  EXPECT_FALSE(off.Unbound(0.0, 1, kStart));
 }
 
 TEST(ControllerTest, DebtIsBusyTimeDividedByTheShare) {

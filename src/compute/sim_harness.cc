@@ -247,9 +247,8 @@ void Simulation::RunTicks(int64_t t) {
     if (spec.light_period_ns > 0 && t >= p->next_light) {
       p->next_light = t + spec.light_period_ns;
       const double device = t >= spec.light_window_ns ? DeviceShare(t - spec.light_window_ns, t) : -1.0;
-      // one process per container only, as libvgpu's monitor does (the ledger's processes)
-      const bool alone = containers_[p->container]->contexts.size() == 1;
-      p->tracker->SetLight(alone && p->controller->Unbound(device, t), t);
+      const int processes = static_cast<int>(containers_[p->container]->contexts.size());
+      p->tracker->SetLight(p->controller->Unbound(device, processes, t), t);
     }
   }
 }

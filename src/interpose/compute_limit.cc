@@ -300,10 +300,9 @@ void* MonitorMain(void*) {
       if (sample) {
         dl->signals.Sample(pids, dl->controller.Snapshot(now).measured_ppm / 1e6, now);
         // Well below its limit by NVML's account of the whole GPU, and the container's only
-        // process (the processes' estimates are not in their shared union, BusyRing): measure
-        // cheaply until a launch is told to wait or the next sample says otherwise.
-        dl->tracker.SetLight(g_light && pids.size() <= 1 && dl->controller.Unbound(dl->signals.device_busy(), now),
-                             now);
+        // process: measure cheaply until a launch is told to wait or the next sample says otherwise.
+        dl->tracker.SetLight(
+            g_light && dl->controller.Unbound(dl->signals.device_busy(), static_cast<int>(pids.size()), now), now);
       }
     }
     period = active ? kMonitorPeriodNs : kMonitorIdlePeriodNs;
