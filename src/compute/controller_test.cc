@@ -57,14 +57,14 @@ TEST(ControllerTest, AllZeroStateAdmitsAtOnce) {
 }
 
 // Light measurement is allowed only while a sensor the container does not produce (the whole
-// GPU's busy share) puts it more than the margin below its hard limit, it owes nothing and it is
-// one process.
-TEST(ControllerTest, UnboundNeedsTheWholeGpuWellBelowTheLimitAndNoDebt) {
+// GPU's busy share) puts it below its hard limit (by more than the margin, where one is set), it
+// owes nothing and it is one process.
+TEST(ControllerTest, UnboundNeedsTheWholeGpuBelowTheLimitAndNoDebt) {
   ComputeShareState state{};
   Controller c(&state, nullptr, nullptr, ControllerOptions(), Limits(60));
   ASSERT_EQ(c.AdmitDelayNs(kStart), 0);
-  EXPECT_TRUE(c.Unbound(0.45, 1, kStart));
-  EXPECT_FALSE(c.Unbound(0.55, 1, kStart));  // within 10 points of the limit
+  EXPECT_TRUE(c.Unbound(0.59, 1, kStart));
+  EXPECT_FALSE(c.Unbound(0.60, 1, kStart));  // at the limit
   EXPECT_FALSE(c.Unbound(-1, 1, kStart));    // unknown
   EXPECT_FALSE(c.Unbound(0.45, 2, kStart));  // two processes: their estimates are not in their ring
   c.Charge(10 * kMs, kStart);                // 16.7 ms of debt
@@ -82,6 +82,14 @@ TEST(ControllerTest, UnboundNeedsTheWholeGpuWellBelowTheLimitAndNoDebt) {
   Controller off(&never_state, nullptr, nullptr, never, Limits(60));
   ASSERT_EQ(off.AdmitDelayNs(kStart), 0);
   EXPECT_FALSE(off.Unbound(0.0, 1, kStart));
+
+  ControllerOptions margin;
+  margin.light_margin_ppm = 100'000;
+  ComputeShareState margin_state{};
+  Controller wide(&margin_state, nullptr, nullptr, margin, Limits(60));
+  ASSERT_EQ(wide.AdmitDelayNs(kStart), 0);
+  EXPECT_TRUE(wide.Unbound(0.45, 1, kStart));
+  EXPECT_FALSE(wide.Unbound(0.55, 1, kStart));  // within the margin
 }
 
 TEST(ControllerTest, DebtIsBusyTimeDividedByTheShare) {
