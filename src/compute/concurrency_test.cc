@@ -270,6 +270,60 @@ TEST(ConcurrencyTest, ColocatedContainersEachGetTheirShare) {
   }
 }
 
+// Co-located containers whose programs synchronise every few launches (a step's end, a copy to
+// the host): full-width kernels of 20 or 50 us, a synchronisation every 8. At each one the
+// holder's claimed work drained for a few microseconds; a waiting neighbour took the turn, and
+// the containers then alternated at every synchronisation, each hand-over leaving the GPU idle
+// (120 us here, as on an H200): 3 x 30 got 21.0 each with 20 us kernels, 26.6 with 50 us, and at
+// 30 + 60 the 60 got what the 30 got. A run holds the turn past its drained work
+// (ControllerOptions::run_hold_ns). Judged against E, the share of its native throughput the
+// limit leaves a container whose synchronisations keep it below 100% busy alone.
+TEST(ConcurrencyTest, ColocatedSynchronisingContainersEachGetTheirShare) {
+  for (int64_t kernel : {20 * kUs, 50 * kUs}) {
+    WorkloadSpec w;
+    w.kernels_ns = {kernel};
+    w.width = 1.0;
+    w.sync_every = 8;
+    double native_busy = 0;
+    double native = 0;
+    {
+      Simulation sim;
+      ContainerSpec spec;
+      spec.use_limiter = false;
+      const int c = sim.AddContainer(spec);
+      sim.AddThread(sim.AddProcess(c), w);
+      sim.RunUntil(kEnd);
+      native = static_cast<double>(sim.ContainerWorkNs(c, kWarmup, kEnd));
+      native_busy = 100.0 * sim.ContainerShare(c, kWarmup, kEnd);
+    }
+    for (const std::vector<int>& targets : {std::vector<int>{30, 60}, std::vector<int>{30, 30, 30}}) {
+      SimGpuParams gpu;
+      gpu.context_switch_ns = 120 * kUs;
+      Simulation sim(gpu);
+      std::vector<int> containers;
+      for (size_t k = 0; k < targets.size(); ++k) {
+        ContainerSpec spec;
+        spec.limits = ComputeLimits::FromPercent(targets[k], 0, 1);
+        spec.tick_ns = 2 * kMs;
+        containers.push_back(sim.AddContainer(spec));
+        WorkloadSpec mine = w;
+        mine.seed = 7 + k;
+        sim.AddThread(sim.AddProcess(containers.back()), mine);
+      }
+      sim.RunUntil(kEnd);
+      for (size_t k = 0; k < targets.size(); ++k) {
+        const double share = 100.0 * static_cast<double>(sim.ContainerWorkNs(containers[k], kWarmup, kEnd)) / native;
+        const double expected = std::min(100.0, 100.0 * targets[k] / native_busy);
+        std::printf("[ matrix ] co-located, %lld us kernels synchronised every 8 (%.1f%% busy alone): #%zu at %d "
+                    "-> %.1f of %.1f\n",
+                    static_cast<long long>(kernel / kUs), native_busy, k, targets[k], share, expected);
+        EXPECT_NEAR(share, expected, 3.0) << kernel / kUs << " us kernels, container " << k << " of "
+                                          << targets.size();
+      }
+    }
+  }
+}
+
 // bench/compute/host_mix.py's mixA: 3 us kernels and every fifth of 40 us, 10 us of host work per
 // launch, a synchronisation every 50.
 WorkloadSpec HostBoundMix() {
@@ -508,3 +562,4 @@ TEST(ConcurrencyTest, LightMeasurementEndsWhenTheDemandRises) {
 
 }  // namespace
 }  // namespace vgpu::compute::sim
+

@@ -260,27 +260,44 @@ void Controller::ClaimTurn(int64_t busy_ns, int64_t now) {
   // kClaimStepNs of work (it then lags by less than that), so that a lone process's launches
   // rarely write it. (Racing claims may lose one estimate: a hint, not an account.)
   constexpr int64_t kClaimStepNs = 50'000;
-  const int64_t base = mine ? std::max(claimed_until_.load(kRelaxed), published) : published;
+  // The published line may be this process's own run hold, not work: claims do not stack on it.
+  const int64_t others = mine && published == published_until_.load(kRelaxed) ? 0 : published;
+  const int64_t base = mine ? std::max(claimed_until_.load(kRelaxed), others) : published;
   const int64_t until = std::max(base, now) + busy_ns;
   claimed_until_.store(until, kRelaxed);
+  const int64_t publish = std::max(until, RunHoldUntil(now));
   if (!mine) {
     turn_->holder.store(token, kRelaxed);
     uint64_t waiter = token;  // it waited for the turn and has it now
     turn_->waiter.compare_exchange_strong(waiter, 0, kRelaxed, kRelaxed);
   }
-  if (!mine || until - published >= kClaimStepNs) turn_->until_ns.store(until, kRelaxed);
+  if (!mine || publish - published >= kClaimStepNs) {
+    turn_->until_ns.store(publish, kRelaxed);
+    published_until_.store(publish, kRelaxed);
+  }
   ResetTurnWait();
+}
+
+int64_t Controller::RunHoldUntil(int64_t now) const {
+  const int64_t end = state_->run_end_ns.load(kRelaxed);
+  if (options_.run_hold_ns <= 0 || !Running() || now >= end) return 0;
+  const int64_t claimed = claimed_until_.load(kRelaxed);
+  return claimed > 0 ? std::min(claimed + options_.run_hold_ns, end) : 0;  // never past the run
 }
 
 // Not while the published claim reaches beyond this process's own: another process of the
 // container claimed since, and its work may still be in flight.
-void Controller::ReleaseTurn(int64_t now) {
+void Controller::ReleaseTurn(int64_t now, bool idle) {
   const uint64_t token = token_.load(kRelaxed);
   if (turn_ == nullptr || token == 0 || turn_->holder.load(kRelaxed) != token) return;
   int64_t until = turn_->until_ns.load(kRelaxed);
-  if (until > claimed_until_.load(kRelaxed)) return;
-  claimed_until_.store(now, kRelaxed);
-  if (until > now) turn_->until_ns.compare_exchange_strong(until, now, kRelaxed, kRelaxed);
+  const int64_t claimed = claimed_until_.load(kRelaxed);
+  if (until > std::max(claimed, published_until_.load(kRelaxed))) return;
+  if (idle) claimed_until_.store(std::min(claimed, now), kRelaxed);
+  const int64_t target = std::max({idle ? now : std::max(claimed, now), RunHoldUntil(now)});
+  if (until > target && turn_->until_ns.compare_exchange_strong(until, target, kRelaxed, kRelaxed)) {
+    published_until_.store(target, kRelaxed);
+  }
 }
 
 void Controller::Charge(int64_t busy_ns, int64_t now) {

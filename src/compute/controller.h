@@ -138,6 +138,15 @@ struct ControllerOptions {
                                                 // turn passes from holder to holder
   int64_t turn_poll_ns = 500'000;               // a wait for the turn sleeps at most this long at
                                                 // once: a holder done early releases it
+  // While a run is open, the turn it holds is published as lasting this long after the end of
+  // the work the process claimed (its launches' estimates), never past the run's end: a
+  // synchronisation inside the run (a step's end, a copy to the host) otherwise left the GPU
+  // free for a few microseconds, a waiting neighbour took the turn, and the two then alternated
+  // at every synchronisation, each hand-over leaving the GPU idle (simulated 3 x 30 of 20 us
+  // kernels synchronised every 8: 21.0 each where 32.2 is due). The hold ends with the run (its
+  // first launch told to wait publishes the claim itself) or this long after the claimed work
+  // with nothing launched since. 0: no hold.
+  int64_t run_hold_ns = 300'000;
   // With runs, a container about to open a run while another container waits for the turn
   // (GpuTurn::waiter) lets it go first, for at most this long in all (a waiter that never takes
   // the turn, or a forged one, costs no more). 0: never.
@@ -200,8 +209,10 @@ class Controller {
   void Charge(int64_t busy_ns, int64_t now);
   // A launch estimated at busy_ns was submitted: extends this process's turn on the GPU by it.
   void ClaimTurn(int64_t busy_ns, int64_t now);
-  // The process has no work in flight: ends its turn early if it is still the holder.
-  void ReleaseTurn(int64_t now);
+  // Ends the process's turn early if it is still the holder: `idle`, it has no work in flight
+  // (at a Tick, or at a launch told to wait); else only the run's hold (run_hold_ns) is given
+  // back, down to its claimed work. An open run keeps its hold (run_hold_ns past its work).
+  void ReleaseTurn(int64_t now, bool idle = true);
   // Measured busy time (the sensor the feedback loop reads).
   void AddMeasured(int64_t busy_ns);
   // Time a thread was told to wait.
@@ -247,6 +258,9 @@ class Controller {
   bool TakesTurns() const;
   uint64_t TurnToken(int64_t now);
   int64_t TurnDelayNs(int64_t now);
+  // The earliest end of the turn an open run holds (run_hold_ns after its claimed work, at most
+  // the run's end); 0: none.
+  int64_t RunHoldUntil(int64_t now) const;
   int64_t YieldNs(int64_t now);
   void ResetTurnWait();
   bool Running() const;
@@ -268,6 +282,8 @@ class Controller {
   std::atomic<uint64_t> turn_wait_holder_{0};  // ... for this holder
   std::atomic<int64_t> turn_queue_since_{0};   // start of the waits since the turn was last free
   std::atomic<int64_t> claimed_until_{0};  // this process's claim, ahead of the published one
+  std::atomic<int64_t> published_until_{0};  // what this process last published (its claim or
+                                             // its run's hold)
   std::atomic<int64_t> yield_since_{0};    // start of the current yield to a waiter, 0 = none
   std::atomic<int64_t> launch_span_ns_{0};  // SetLaunchSpan
 };

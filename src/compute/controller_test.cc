@@ -725,6 +725,41 @@ TEST(ControllerTurnTest, AHolderLetsAWaitingContainerGoBeforeItsNextRun) {
   EXPECT_EQ(p.turn.waiter.load(), p.state_b.turn_token.load());
 }
 
+// With runs: a synchronisation inside a run drains the holder's work for a moment; the turn stays
+// its own for run_hold_ns past its claimed work (a Tick that finds it idle keeps the hold), and
+// no longer than the run. A launch told to wait with work in flight gives the hold back.
+TEST(ControllerTurnTest, ARunHoldsTheTurnThroughASynchronisation) {
+  ControllerOptions options;  // runs of 50 ms: 30 ms at 60 (b)
+  TurnPair p(options);
+  int64_t t = kStart + 100 * kMs;  // the runs the constructor opened are over
+  p.state_a.vclock_ns.store(t);
+  p.state_b.vclock_ns.store(t);
+  ASSERT_EQ(p.b.AdmitDelayNs(t), 0);  // b's run opens
+  p.b.ClaimTurn(1 * kMs, t);          // 1 ms of work, then b synchronises
+  p.b.ReleaseTurn(t + 1 * kMs);       // a Tick finds b idle: the hold stands
+  EXPECT_EQ(p.turn.until_ns.load(), t + 1 * kMs + options.run_hold_ns);
+  EXPECT_GT(p.a.AdmitDelayNs(t + 1 * kMs + 10 * kUs), 0);  // a waits through b's synchronisation
+  p.b.ClaimTurn(1 * kMs, t + 1 * kMs + 20 * kUs);           // b's next step
+  EXPECT_GT(p.a.AdmitDelayNs(t + 2 * kMs), 0);
+  // b's run ends at t + 30 ms; its last step claims past it: the hold does not reach beyond.
+  p.b.ClaimTurn(1 * kMs, t + 29'900 * kUs);
+  EXPECT_EQ(p.turn.until_ns.load(), t + 30'900 * kUs);
+  // b is told to wait (its run is over) with work in flight: nothing more than its claim.
+  p.b.ReleaseTurn(t + 30 * kMs, /*idle=*/false);
+  EXPECT_EQ(p.turn.until_ns.load(), t + 30'900 * kUs);
+  EXPECT_EQ(p.a.AdmitDelayNs(t + 30'900 * kUs), 0);  // a goes once b's work is done
+
+  ControllerOptions none = options;
+  none.run_hold_ns = 0;
+  TurnPair q(none);
+  q.state_a.vclock_ns.store(t);
+  q.state_b.vclock_ns.store(t);
+  ASSERT_EQ(q.b.AdmitDelayNs(t), 0);
+  q.b.ClaimTurn(1 * kMs, t);
+  q.b.ReleaseTurn(t + 1 * kMs);
+  EXPECT_EQ(q.a.AdmitDelayNs(t + 1 * kMs + 10 * kUs), 0);  // without the hold, a barges in
+}
+
 // A waiter that stopped polling (it went, or died) is not waited for, and one that polls forever
 // without taking the turn (stuck, or forged) costs at most max_yield_ns.
 TEST(ControllerTurnTest, AHoldersYieldToAWaiterIsBounded) {

@@ -21,10 +21,10 @@ int64_t ComputeLimiter::BeforeLaunch(StreamKey stream, int64_t now, LaunchTicket
     wait = controller_->AdmitDelayNs(now);
   }
   if (wait > 0) {
-    // Nothing of this process is in flight: a holder that rests, or lets a waiting neighbour go
-    // first, hands the turn back now, not at its next Tick (the claim, a sum of estimates, often
-    // ends later than the work did).
-    if (!tracker_->HasPendingWork()) controller_->ReleaseTurn(now);
+    // A holder that rests, or lets a waiting neighbour go first, hands the turn back now, not at
+    // its next Tick (the claim, a sum of estimates, often ends later than the work did): all of
+    // it with nothing of this process in flight, else its run's hold.
+    controller_->ReleaseTurn(now, !tracker_->HasPendingWork());
     tracker_->EndLight(now);  // limited now, or estimates overcharged: measure exactly
     tracker_->Flush(now);  // the streams will run dry while we sleep: mark where they end
     controller_->AddThrottled(wait);
