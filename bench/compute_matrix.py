@@ -19,7 +19,7 @@ Rows (workloads; --rows takes ids or shell patterns such as '16x*,matmul*'):
   4 kernels (500 µs); 2 processes of one container x 2 streams (500 µs) and 4 processes x 1
   stream (50 µs), started together through a barrier, rate = the processes' sum; a server's
   steps on one stream (4 launches of 20 µs, every 8th 2 ms, each step synchronised and followed
-  by 500 µs of host work).
+  by 500 µs of host work), and of 8 launches of 50 µs synchronised with no host work.
   bench/compute/torch_workload.py: cuBLAS bf16 8192³ matmul on 1 stream, bf16 4096³ matmuls on 2
   streams, a PyTorch training step (4-layer transformer).
   bench/compute/jax_workload.py: a jitted JAX training step (an MLP of 4 bf16 layers of 4096²)
@@ -41,14 +41,14 @@ one) may exceed P in throughput when limited alone (its clocks rise while it res
 when its GPU-Util is within +-3 of P x its native GPU-Util / 100.
 
 Co-located (--groups, on the rows of --colocated): containers with separate ledgers started
-together at the limits of a group (30+60, 30+30+30 by default; on 4x200us and matmul); each
-container's share is its rate over its row's native rate (the median of the row's native runs),
-judged +-3 with no exception. On a power-capped row a group whose limits leave part of the GPU
-idle gets one more container of the same workload, a filler at the rest (30+60+10, 30+30+30+10),
-judged like the others: with the GPU idle 10% of the time its power manager raises the clocks of
-all of them (on the H200 a matmul at 60 beside one at 30 did 64.1 of its native throughput at
-1564 MHz against 1433 natively), and the limit's definition (docs/compute.md) judges a power-capped
-workload co-located beside neighbours that fill the GPU.
+together at the limits of a group (30+60, 30+30+30 by default; on 4x200us, steps-8x50us and
+matmul); each container's share is its rate over its row's native rate (the median of the row's
+native runs), judged +-3 with no exception. On a power-capped row a group whose limits leave part
+of the GPU idle gets one more container of the same workload, a filler at the rest (30+60+10,
+30+30+30+10), judged like the others: with the GPU idle 10% of the time its power manager raises
+the clocks of all of them (on the H200 a matmul at 60 beside one at 30 did 64.1 of its native
+throughput at 1564 MHz against 1433 natively), and the limit's definition (docs/compute.md) judges
+a power-capped workload co-located beside neighbours that fill the GPU.
 
 Time: the plan and its estimate are printed first; --budget S skips any row or group that would
 end later than S seconds after the start (estimated from the start-up times seen so far), so that
@@ -122,6 +122,12 @@ ROWS = [
     # (docs/compute.md, "Uniform streams"); ~2/3 busy natively
     Row("steps-20us-2ms", "server steps: 4 launches of 20 µs, every 8th 2 ms, synchronised, 500 µs host", "spin",
         "--kernel-us 20 --steps 4 --expensive-every 8 --expensive-us 2000 --host-us 500", 1, "kernels/s", 0.5),
+    # a GPU-bound program that synchronises every 8 launches (a step's end, a copy to the host):
+    # co-located, a neighbour once took the turn at every synchronisation inside a run and the
+    # containers alternated, each hand-over leaving the GPU idle (simulated 3 x 30: 26.6 each;
+    # ControllerOptions::run_hold_ns)
+    Row("steps-8x50us", "server steps: 8 launches of 50 µs, synchronised, no host work", "spin",
+        "--kernel-us 50 --steps 8", 1, "kernels/s", 0.5),
     Row("matmul", "cuBLAS bf16 8192³ matmul, 1 stream", "torch", "matmul", 1, "matmuls/s", 5.0),
     Row("matmul-2streams", "cuBLAS bf16 4096³ matmuls, 2 streams", "torch", "matmul --size 4096 --streams 2", 1,
         "matmuls/s", 5.0),
@@ -134,7 +140,7 @@ ROWS = [
     Row("serving", "LLM serving (bench/serving/serve.py)", "serving", "", 1, "tokens/s", 10.0),
 ]
 ROW = {r.id: r for r in ROWS}
-DEFAULT_COLOCATED = "4x200us,matmul"
+DEFAULT_COLOCATED = "4x200us,steps-8x50us,matmul"
 DEFAULT_GROUPS = "30+60,30+30+30"
 # bench/serving's GPU-bound model with requests of fixed lengths (256 prompt, 128 output tokens,
 # as vLLM's benchmarks draw random prompts of one length), so that the GPU, not the engine's host

@@ -182,6 +182,7 @@ class Plan(unittest.TestCase):
             self.assertEqual([st[2] for st in block], [None, targets[0], targets[1], None, targets[2], targets[3], None])
         groups = [b[0] for b in blocks if b[0][0] == "group"]
         self.assertEqual(groups, [["group", "4x200us", [30, 60]], ["group", "4x200us", [30, 30, 30]],
+                                  ["group", "steps-8x50us", [30, 60]], ["group", "steps-8x50us", [30, 30, 30]],
                                   ["group", "matmul", [30, 60]], ["group", "matmul", [30, 30, 30]]])
         # the acceptance's concurrency: every stream count, kernels 5 µs .. 5 ms, threads, processes, graphs
         args = " ".join(cm.ROW[r].args for r in rows)
@@ -276,7 +277,7 @@ class Plan(unittest.TestCase):
                            capture_output=True, text=True, timeout=60)
         self.assertEqual(r.returncode, 0, r.stderr)
         out = r.stdout
-        self.assertRegex(out.splitlines()[0], r"^plan: 21 blocks, 123 steps, about [\d.]+ min")
+        self.assertRegex(out.splitlines()[0], r"^plan: 24 blocks, 132 steps, about [\d.]+ min")
         self.assertIn("concurrency' run --streams 8 --kernel-us 1000 --blocks-per-sm 2 --warmup 0.5 --seconds 1.6", out)
         # the rows whose period stretches to 200 ms: 2.5 windows
         self.assertIn("concurrency' run --streams 16 --kernel-us 50 --warmup 0.5 --seconds 4", out)

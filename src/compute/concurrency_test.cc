@@ -562,4 +562,3 @@ TEST(ConcurrencyTest, LightMeasurementEndsWhenTheDemandRises) {
 
 }  // namespace
 }  // namespace vgpu::compute::sim
-
