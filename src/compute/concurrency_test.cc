@@ -403,48 +403,64 @@ TEST(ConcurrencyTest, TheLimitersOwnEventsAreNotChargedToTheContainer) {
   EXPECT_LT(shares[0], expected + 3.0);  // never more than its share
 }
 
+// One launching thread alone in its container, natively (target 0) or under a hard limit, with
+// or without light measurement: its kernel time done and its busy share over the window, and
+// the tracker's counts.
+struct LauncherRun {
+  double work = 0;
+  double busy = 0;  // %
+  TrackerStats stats;
+};
+
+LauncherRun RunLauncher(const WorkloadSpec& w, int target, bool light) {
+  Simulation sim;
+  ContainerSpec spec;
+  spec.limits = ComputeLimits::FromPercent(target, 0, 1);
+  spec.use_limiter = target > 0;
+  spec.tick_ns = 2 * kMs;
+  if (!light) spec.light_period_ns = 0;
+  const int c = sim.AddContainer(spec);
+  const int process = sim.AddProcess(c);
+  sim.AddThread(process, w);
+  sim.RunUntil(kEnd);
+  LauncherRun r;
+  r.work = static_cast<double>(sim.ContainerWorkNs(c, kWarmup, kEnd));
+  r.busy = 100.0 * sim.ContainerShare(c, kWarmup, kEnd);
+  r.stats = sim.Stats(process);
+  return r;
+}
+
+double EventsPerLaunch(const TrackerStats& stats) {
+  return static_cast<double>(stats.marks) / static_cast<double>(stats.launches);
+}
+
 // A launcher slower than its kernels (each launch finds its stream run dry) well below its limit:
 // bracketing every launch with a begin and a mark costs its host ~2.5 us per launch (on an H200 a
 // stream of 10 us kernels with 20 us of host work did 88.5% of its native rate at a limit of 99).
-// With the whole GPU busy more than 10 points below the limit (the monitor's NVML sample) and no
-// debt, the tracker measures such launches by samples (light measurement) and the launcher keeps
-// its native rate; without it, it does not.
+// With the whole GPU busy below the limit (the monitor's NVML sample) and no debt, the tracker
+// measures such launches by samples (light measurement) and the launcher keeps its native rate;
+// without it, it does not.
 TEST(ConcurrencyTest, ALauncherWellBelowItsLimitKeepsItsNativeRate) {
   struct Case {
     const char* name;
     int sync_every;
   };
   for (const Case& k : {Case{"free-running", 0}, Case{"synchronised after every launch", 1}}) {
-    auto run = [&](int target, bool light, TrackerStats* stats) {
-      Simulation sim;
-      ContainerSpec spec;
-      spec.limits = ComputeLimits::FromPercent(target, 0, 1);
-      spec.use_limiter = target > 0;
-      spec.tick_ns = 2 * kMs;
-      if (!light) spec.light_period_ns = 0;
-      const int c = sim.AddContainer(spec);
-      const int process = sim.AddProcess(c);
-      WorkloadSpec w;
-      w.kernels_ns = {10 * kUs};
-      w.think_ns = 20 * kUs;
-      w.sync_every = k.sync_every;
-      sim.AddThread(process, w);
-      sim.RunUntil(kEnd);
-      if (stats != nullptr) *stats = sim.Stats(process);
-      return static_cast<double>(sim.ContainerWorkNs(c, kWarmup, kEnd));
-    };
-    const double native = run(0, false, nullptr);
-    TrackerStats light_stats, exact_stats;
-    const double light = 100.0 * run(90, true, &light_stats) / native;
-    const double exact = 100.0 * run(90, false, &exact_stats) / native;
-    const double marks = static_cast<double>(light_stats.marks) / static_cast<double>(light_stats.launches);
+    WorkloadSpec w;
+    w.kernels_ns = {10 * kUs};
+    w.think_ns = 20 * kUs;
+    w.sync_every = k.sync_every;
+    const double native = RunLauncher(w, 0, false).work;
+    const LauncherRun light = RunLauncher(w, 90, true);
+    const LauncherRun exact = RunLauncher(w, 90, false);
+    const double light_share = 100.0 * light.work / native;
+    const double exact_share = 100.0 * exact.work / native;
     std::printf("[ light ] %s at 90: %.1f of native (events per launch %.2f), %.1f measured exactly (%.2f)\n",
-                k.name, light, marks,
-                exact, static_cast<double>(exact_stats.marks) / static_cast<double>(exact_stats.launches));
+                k.name, light_share, EventsPerLaunch(light.stats), exact_share, EventsPerLaunch(exact.stats));
     SCOPED_TRACE(k.name);
-    EXPECT_GT(light, 97.0);
-    EXPECT_LT(marks, 0.5);
-    EXPECT_LT(exact, 94.0);  // what light measurement buys
+    EXPECT_GT(light_share, 97.0);
+    EXPECT_LT(EventsPerLaunch(light.stats), 0.5);
+    EXPECT_LT(exact_share, 94.0);  // what light measurement buys
   }
 }
 
@@ -456,37 +472,25 @@ TEST(ConcurrencyTest, ALauncherWellBelowItsLimitKeepsItsNativeRate) {
 // its limit.
 TEST(ConcurrencyTest, ALauncherAtItsLimitKeepsItsRate) {
   for (int64_t think : {13 * kUs, 14 * kUs}) {
-    auto run = [&](int target, bool light, double* busy) {
-      Simulation sim;
-      ContainerSpec spec;
-      spec.limits = ComputeLimits::FromPercent(target, 0, 1);
-      spec.use_limiter = target > 0;
-      spec.tick_ns = 2 * kMs;
-      if (!light) spec.light_period_ns = 0;
-      const int c = sim.AddContainer(spec);
-      const int process = sim.AddProcess(c);
-      WorkloadSpec w;
-      w.kernels_ns = {5 * kUs, 20 * kUs, 8 * kUs, 40 * kUs, 6 * kUs};
-      w.think_ns = think;
-      w.sync_every = 40;
-      w.think_after_sync_ns = 30 * kUs;
-      sim.AddThread(process, w);
-      sim.RunUntil(kEnd);
-      *busy = 100.0 * sim.ContainerShare(c, kWarmup, kEnd);
-      return static_cast<double>(sim.ContainerWorkNs(c, kWarmup, kEnd));
-    };
-    double native_busy, light_busy, exact_busy;
-    const double native = run(0, false, &native_busy);
-    const double light = 100.0 * run(90, true, &light_busy) / native;
-    const double exact = 100.0 * run(90, false, &exact_busy) / native;
-    const double target = std::min(100.0, 100.0 * 90 / native_busy);
+    WorkloadSpec w;
+    w.kernels_ns = {5 * kUs, 20 * kUs, 8 * kUs, 40 * kUs, 6 * kUs};
+    w.think_ns = think;
+    w.sync_every = 40;
+    w.think_after_sync_ns = 30 * kUs;
+    const LauncherRun native = RunLauncher(w, 0, false);
+    const LauncherRun light = RunLauncher(w, 90, true);
+    const LauncherRun exact = RunLauncher(w, 90, false);
+    const double light_share = 100.0 * light.work / native.work;
+    const double exact_share = 100.0 * exact.work / native.work;
+    const double target = std::min(100.0, 100.0 * 90 / native.busy);
     std::printf("[ light ] host work %lld us, %.1f%% busy natively, at 90 (target %.1f): %.1f of native "
                 "(busy %.1f%%), %.1f measured exactly (busy %.1f%%)\n",
-                static_cast<long long>(think / kUs), native_busy, target, light, light_busy, exact, exact_busy);
+                static_cast<long long>(think / kUs), native.busy, target, light_share, light.busy, exact_share,
+                exact.busy);
     SCOPED_TRACE(think);
-    EXPECT_NEAR(light, target, 3.0);
-    EXPECT_LT(light_busy, 90.5);
-    EXPECT_LT(exact, target - 5.0);  // what light measurement buys
+    EXPECT_NEAR(light_share, target, 3.0);
+    EXPECT_LT(light.busy, 90.5);
+    EXPECT_LT(exact_share, target - 5.0);  // what light measurement buys
   }
 }
 
