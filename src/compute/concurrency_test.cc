@@ -93,6 +93,7 @@ struct SoloGpu {
   int64_t event_gpu_ns = 0;  // GPU time each timing event takes (SimGpuParams)
   int64_t mark_gpu_ns = -1;  // >= 0: what the tracker is told of it (default: the truth)
   int64_t submit_latency_ns = SimGpuParams().submit_latency_ns;
+  bool light = true;         // light measurement allowed (ContainerSpec::light_period_ns)
 };
 
 struct SoloRun {
@@ -113,6 +114,7 @@ SoloRun RunSolo(int target, const WorkloadSpec& w, int64_t tick_ns, const SoloGp
   spec.limits = ComputeLimits::FromPercent(target, 0, 1);
   spec.use_limiter = target > 0;
   spec.tick_ns = tick_ns;
+  if (!setup.light) spec.light_period_ns = 0;
   if (setup.mark_gpu_ns >= 0) {
     spec.mark_gpu_from_gpu = false;
     spec.tracker.mark_gpu_ns = setup.mark_gpu_ns;
@@ -239,31 +241,41 @@ TEST(ConcurrencyTest, HostBoundTinyKernelsKeepTheirLaunchRateAndShare) {
   }
 }
 
+// Containers side by side at `targets`, each running `w` (seeded 7, 8, ...) in one process, on
+// a GPU whose hand-overs between contexts cost what an H200's do: each one's kernel time done.
+std::vector<double> ColocatedWork(const WorkloadSpec& w, const std::vector<int>& targets) {
+  SimGpuParams gpu;
+  gpu.context_switch_ns = 120 * kUs;  // the H200's hand-over cost
+  Simulation sim(gpu);
+  std::vector<int> containers;
+  for (size_t k = 0; k < targets.size(); ++k) {
+    ContainerSpec spec;
+    spec.limits = ComputeLimits::FromPercent(targets[k], 0, 1);
+    spec.tick_ns = 2 * kMs;
+    containers.push_back(sim.AddContainer(spec));
+    WorkloadSpec mine = w;
+    mine.seed = 7 + k;
+    sim.AddThread(sim.AddProcess(containers.back()), mine);
+  }
+  sim.RunUntil(kEnd);
+  std::vector<double> work;
+  for (int c : containers) work.push_back(static_cast<double>(sim.ContainerWorkNs(c, kWarmup, kEnd)));
+  return work;
+}
+
 // Two and three containers side by side, each against its own native throughput.
 TEST(ConcurrencyTest, ColocatedContainersEachGetTheirShare) {
   const Row row{"4 streams, 200 us", 200 * kUs, 1.0 / 8, 4};
   const double native = static_cast<double>(Work(row, 0));
+  WorkloadSpec w;
+  w.kernels_ns = {row.kernel_ns};
+  w.streams = row.streams;
+  w.width = row.width;
+  w.max_queue = 20;
   for (const std::vector<int>& targets : {std::vector<int>{30, 60}, std::vector<int>{30, 30, 30}}) {
-    SimGpuParams gpu;
-    gpu.context_switch_ns = 120 * kUs;  // the H200's hand-over cost
-    Simulation sim(gpu);
-    std::vector<int> containers;
+    const std::vector<double> work = ColocatedWork(w, targets);
     for (size_t k = 0; k < targets.size(); ++k) {
-      ContainerSpec spec;
-      spec.limits = ComputeLimits::FromPercent(targets[k], 0, 1);
-      spec.tick_ns = 2 * kMs;
-      containers.push_back(sim.AddContainer(spec));
-      WorkloadSpec w;
-      w.kernels_ns = {row.kernel_ns};
-      w.streams = row.streams;
-      w.width = row.width;
-      w.max_queue = 20;
-      w.seed = 7 + k;
-      sim.AddThread(sim.AddProcess(containers.back()), w);
-    }
-    sim.RunUntil(kEnd);
-    for (size_t k = 0; k < targets.size(); ++k) {
-      const double share = 100.0 * static_cast<double>(sim.ContainerWorkNs(containers[k], kWarmup, kEnd)) / native;
+      const double share = 100.0 * work[k] / native;
       std::printf("[ matrix ] co-located %zu containers: #%zu at %d -> %.1f\n", targets.size(), k, targets[k], share);
       EXPECT_NEAR(share, targets[k], 3.0) << "container " << k << " of " << targets.size();
     }
@@ -284,39 +296,15 @@ TEST(ConcurrencyTest, ColocatedSynchronisingContainersEachGetTheirShare) {
     w.kernels_ns = {kernel};
     w.width = 1.0;
     w.sync_every = 8;
-    double native_busy = 0;
-    double native = 0;
-    {
-      Simulation sim;
-      ContainerSpec spec;
-      spec.use_limiter = false;
-      const int c = sim.AddContainer(spec);
-      sim.AddThread(sim.AddProcess(c), w);
-      sim.RunUntil(kEnd);
-      native = static_cast<double>(sim.ContainerWorkNs(c, kWarmup, kEnd));
-      native_busy = 100.0 * sim.ContainerShare(c, kWarmup, kEnd);
-    }
+    const SoloRun native = RunSolo(0, w, 2 * kMs);
     for (const std::vector<int>& targets : {std::vector<int>{30, 60}, std::vector<int>{30, 30, 30}}) {
-      SimGpuParams gpu;
-      gpu.context_switch_ns = 120 * kUs;
-      Simulation sim(gpu);
-      std::vector<int> containers;
+      const std::vector<double> work = ColocatedWork(w, targets);
       for (size_t k = 0; k < targets.size(); ++k) {
-        ContainerSpec spec;
-        spec.limits = ComputeLimits::FromPercent(targets[k], 0, 1);
-        spec.tick_ns = 2 * kMs;
-        containers.push_back(sim.AddContainer(spec));
-        WorkloadSpec mine = w;
-        mine.seed = 7 + k;
-        sim.AddThread(sim.AddProcess(containers.back()), mine);
-      }
-      sim.RunUntil(kEnd);
-      for (size_t k = 0; k < targets.size(); ++k) {
-        const double share = 100.0 * static_cast<double>(sim.ContainerWorkNs(containers[k], kWarmup, kEnd)) / native;
-        const double expected = std::min(100.0, 100.0 * targets[k] / native_busy);
+        const double share = 100.0 * work[k] / native.work;
+        const double expected = std::min(100.0, targets[k] / native.busy);
         std::printf("[ matrix ] co-located, %lld us kernels synchronised every 8 (%.1f%% busy alone): #%zu at %d "
                     "-> %.1f of %.1f\n",
-                    static_cast<long long>(kernel / kUs), native_busy, k, targets[k], share, expected);
+                    static_cast<long long>(kernel / kUs), 100 * native.busy, k, targets[k], share, expected);
         EXPECT_NEAR(share, expected, 3.0) << kernel / kUs << " us kernels, container " << k << " of "
                                           << targets.size();
       }
@@ -403,33 +391,7 @@ TEST(ConcurrencyTest, TheLimitersOwnEventsAreNotChargedToTheContainer) {
   EXPECT_LT(shares[0], expected + 3.0);  // never more than its share
 }
 
-// One launching thread alone in its container, natively (target 0) or under a hard limit, with
-// or without light measurement: its kernel time done and its busy share over the window, and
-// the tracker's counts.
-struct LauncherRun {
-  double work = 0;
-  double busy = 0;  // %
-  TrackerStats stats;
-};
-
-LauncherRun RunLauncher(const WorkloadSpec& w, int target, bool light) {
-  Simulation sim;
-  ContainerSpec spec;
-  spec.limits = ComputeLimits::FromPercent(target, 0, 1);
-  spec.use_limiter = target > 0;
-  spec.tick_ns = 2 * kMs;
-  if (!light) spec.light_period_ns = 0;
-  const int c = sim.AddContainer(spec);
-  const int process = sim.AddProcess(c);
-  sim.AddThread(process, w);
-  sim.RunUntil(kEnd);
-  LauncherRun r;
-  r.work = static_cast<double>(sim.ContainerWorkNs(c, kWarmup, kEnd));
-  r.busy = 100.0 * sim.ContainerShare(c, kWarmup, kEnd);
-  r.stats = sim.Stats(process);
-  return r;
-}
-
+// Timing events recorded per launch (begins and marks).
 double EventsPerLaunch(const TrackerStats& stats) {
   return static_cast<double>(stats.marks) / static_cast<double>(stats.launches);
 }
@@ -450,9 +412,9 @@ TEST(ConcurrencyTest, ALauncherWellBelowItsLimitKeepsItsNativeRate) {
     w.kernels_ns = {10 * kUs};
     w.think_ns = 20 * kUs;
     w.sync_every = k.sync_every;
-    const double native = RunLauncher(w, 0, false).work;
-    const LauncherRun light = RunLauncher(w, 90, true);
-    const LauncherRun exact = RunLauncher(w, 90, false);
+    const double native = RunSolo(0, w, 2 * kMs).work;
+    const SoloRun light = RunSolo(90, w, 2 * kMs);
+    const SoloRun exact = RunSolo(90, w, 2 * kMs, {.light = false});
     const double light_share = 100.0 * light.work / native;
     const double exact_share = 100.0 * exact.work / native;
     std::printf("[ light ] %s at 90: %.1f of native (events per launch %.2f), %.1f measured exactly (%.2f)\n",
@@ -477,19 +439,19 @@ TEST(ConcurrencyTest, ALauncherAtItsLimitKeepsItsRate) {
     w.think_ns = think;
     w.sync_every = 40;
     w.think_after_sync_ns = 30 * kUs;
-    const LauncherRun native = RunLauncher(w, 0, false);
-    const LauncherRun light = RunLauncher(w, 90, true);
-    const LauncherRun exact = RunLauncher(w, 90, false);
+    const SoloRun native = RunSolo(0, w, 2 * kMs);
+    const SoloRun light = RunSolo(90, w, 2 * kMs);
+    const SoloRun exact = RunSolo(90, w, 2 * kMs, {.light = false});
     const double light_share = 100.0 * light.work / native.work;
     const double exact_share = 100.0 * exact.work / native.work;
-    const double target = std::min(100.0, 100.0 * 90 / native.busy);
+    const double target = std::min(100.0, 90 / native.busy);
     std::printf("[ light ] host work %lld us, %.1f%% busy natively, at 90 (target %.1f): %.1f of native "
                 "(busy %.1f%%), %.1f measured exactly (busy %.1f%%)\n",
-                static_cast<long long>(think / kUs), native.busy, target, light_share, light.busy, exact_share,
-                exact.busy);
+                static_cast<long long>(think / kUs), 100 * native.busy, target, light_share, 100 * light.busy,
+                exact_share, 100 * exact.busy);
     SCOPED_TRACE(think);
     EXPECT_NEAR(light_share, target, 3.0);
-    EXPECT_LT(light.busy, 90.5);
+    EXPECT_LT(light.busy, 0.905);
     EXPECT_LT(exact_share, target - 5.0);  // what light measurement buys
   }
 }
