@@ -487,6 +487,7 @@ void BusyTracker::Reset(bool destroy_events) {
   own_horizon_ = std::numeric_limits<int64_t>::min();
   has_offset_ = false;
   delay_now_ = delay_before_ = DelayWindow{};
+  delay_excess_ns_ = 0;
   has_anchor_ = false;
   events_exhausted_ = false;
 }
@@ -610,7 +611,8 @@ PollResult BusyTracker::ProcessMarkLocked(StreamState& st, const PendingMark& ma
       int64_t delay = 0;  // on the event clock
       if (LaunchDelayLocked(&delay)) {  // BusyTrackerOptions::visible_slack_ns
         if (mark.first_return_ns > 0) {
-          begin = std::max(begin, std::min(mark.first_return_ns + delay - options_.visible_slack_ns, time));
+          const int64_t excess = std::llround(options_.start_delay_excess * delay_excess_ns_);
+          begin = std::max(begin, std::min(mark.first_return_ns + delay + excess - options_.visible_slack_ns, time));
           bounded = true;
         }
         deep = st.chain_time_ns >= mark.last_return_ns + delay + options_.queued_margin_ns;
@@ -690,6 +692,11 @@ void BusyTracker::NoteOffsetLocked(int64_t host_ns, int64_t seen_ns, int64_t tim
 void BusyTracker::NoteBeginDelayLocked(int64_t delay_ns, int64_t now) {
   RotateWindows(&delay_now_, &delay_before_, now, options_.delay_window_ns);
   delay_now_.least_ns = std::min(delay_now_.least_ns, delay_ns);
+  int64_t least = 0;
+  if (options_.start_delay_excess > 0 && LaunchDelayLocked(&least)) {
+    const double excess = static_cast<double>(std::clamp<int64_t>(delay_ns - least, 0, options_.max_delay_excess_ns));
+    delay_excess_ns_ += options_.estimate_gain * (excess - delay_excess_ns_);
+  }
 }
 
 // D (BusyTrackerOptions::visible_slack_ns): the least delay of the begins of the last one to two

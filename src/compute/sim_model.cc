@@ -4,7 +4,7 @@
 
 namespace vgpu::compute::sim {
 
-SimGpu::SimGpu(const SimGpuParams& params) : params_(params) {}
+SimGpu::SimGpu(const SimGpuParams& params) : params_(params) { jitter_state_ = params.jitter_seed; }
 
 int SimGpu::AddContext() {
   contexts_.emplace_back();
@@ -26,8 +26,20 @@ void SimGpu::Push(int stream, Command command) {
   streams_[stream].queue.push_back(command);
 }
 
+int64_t SimGpu::VisibleNs(int64_t host_ns) {
+  int64_t latency = params_.submit_latency_ns;
+  if (params_.submit_jitter_ns > 0) {
+    uint64_t z = (jitter_state_ += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    z ^= z >> 31;
+    latency += static_cast<int64_t>(z % static_cast<uint64_t>(params_.submit_jitter_ns));
+  }
+  return std::max(host_ns + latency, now_);
+}
+
 void SimGpu::Launch(int stream, int64_t host_ns, int64_t duration_ns, double width) {
-  int64_t visible = std::max(host_ns + params_.submit_latency_ns, now_);
+  int64_t visible = VisibleNs(host_ns);
   int64_t gpu_time = std::max<int64_t>(duration_ns, 0) + params_.kernel_overhead_ns;
   Push(stream, Command{false, visible, gpu_time, 0, 0, std::clamp(width, 0.0, 1.0)});
 }
@@ -51,7 +63,7 @@ bool SimGpu::RecordEvent(EventId event, int stream, int64_t host_ns) {
   e.recorded = true;
   e.done = false;
   ++e.generation;
-  int64_t visible = std::max(host_ns + params_.submit_latency_ns, now_);
+  int64_t visible = VisibleNs(host_ns);
   Push(stream, Command{true, visible, std::max<int64_t>(params_.event_gpu_ns, 0), event, e.generation});
   return true;
 }

@@ -49,6 +49,11 @@ struct SimGpuParams {
   // it as busy: back-to-back empty kernels take 1.4 us each on an H200).
   int64_t kernel_overhead_ns = 1'400;
   int64_t submit_latency_ns = 3'000;
+  // > 0: each command's latency is submit_latency_ns plus a draw uniform in [0, this), from
+  // jitter_seed (on an H200 the tenth percentile of a kernel's start came ~5 us before the
+  // median, docs/benchmarks.md 2026-11-27). 0: every command takes submit_latency_ns.
+  int64_t submit_jitter_ns = 0;
+  uint64_t jitter_seed = 1;
   int64_t timeslice_ns = 2'000'000;
   // GPU time lost when another context than the last one gets the GPU (0: free switches). On an
   // H200, two contexts of 50 us kernels time-slicing did 93% of one context's work, and handing
@@ -103,6 +108,8 @@ class SimGpu {
   int64_t ContextWorkNs(int context, int64_t from, int64_t to) const;
 
  private:
+  // When a command submitted at host_ns becomes visible (submit latency, jitter).
+  int64_t VisibleNs(int64_t host_ns);
   struct Command {
     bool is_event;
     int64_t visible_ns;
@@ -153,6 +160,7 @@ class SimGpu {
   int last_active_ = -1;       // the context that ran last (switching away from it costs)
   int64_t switch_until_ = 0;   // the active context starts running here
   uint64_t next_seq_ = 1;
+  uint64_t jitter_state_ = 0;  // splitmix64 state for submit_jitter_ns
   std::vector<Stream> streams_;
   std::vector<Context> contexts_;
   std::vector<Event> events_;
