@@ -93,7 +93,15 @@ struct alignas(64) ComputeShareState {
   // run): one run for all, opened by the first launch that finds the debt paid (CAS), so that
   // the processes run together and rest together.
   std::atomic<int64_t> run_end_ns;           // 128 any (CAS; store 0 to end it early)
-  std::atomic<uint64_t> reserved2[7];        // 136 zero
+  // The current run's start (0 = none, or its end already settled), the estimates its processes
+  // claimed during it while other containers took turns, and whether a container waited for the
+  // turn during it: a run another container waited through is charged the wall time it held the
+  // GPU (ControllerOptions::charge_held_runs).
+  std::atomic<int64_t> run_start_ns;         // 136 opener (store); CAS to 0 by the process that settles it
+  std::atomic<int64_t> run_claimed_ns;       // 144 any (add)
+  std::atomic<uint32_t> run_contended;       // 152 any (store 1)
+  std::atomic<uint32_t> reserved3;           // 156 zero
+  std::atomic<uint64_t> reserved2[4];        // 160 zero
 };
 
 // Priority buckets: CUDA_TASK_PRIORITY p (0 = highest) maps to bucket min(p, kPriorityBuckets-1).
@@ -187,7 +195,9 @@ static_assert(offsetof(ComputeShareState, others_idle_since_ns) == 104);
 static_assert(offsetof(ComputeShareState, signals_read_ns) == 112);
 static_assert(offsetof(ComputeShareState, others_busy_ppm) == 120);
 static_assert(offsetof(ComputeShareState, reference_ppm) == 124);
-static_assert(offsetof(ComputeShareState, run_end_ns) == 128 && offsetof(ComputeShareState, reserved2) == 136);
+static_assert(offsetof(ComputeShareState, run_end_ns) == 128 && offsetof(ComputeShareState, run_start_ns) == 136);
+static_assert(offsetof(ComputeShareState, run_claimed_ns) == 144 && offsetof(ComputeShareState, run_contended) == 152);
+static_assert(offsetof(ComputeShareState, reserved3) == 156 && offsetof(ComputeShareState, reserved2) == 160);
 static_assert(sizeof(PriorityBoard) == 64 && offsetof(PriorityBoard, heartbeat_ns) == 0);
 static_assert(std::is_standard_layout_v<GpuTurn> && sizeof(GpuTurn) == 32);
 static_assert(offsetof(GpuTurn, holder) == 0 && offsetof(GpuTurn, until_ns) == 8);

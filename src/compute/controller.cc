@@ -97,11 +97,25 @@ int64_t Controller::RunDelayNs(int64_t now, int64_t debt) {
   const int64_t end = state_->run_end_ns.load(kRelaxed);
   if (now < end) {
     const int64_t ceiling = 8 * PeriodNs(now) * (kFullShare - rate) / kFullShare + options_.admit_ahead_ns;
-    // Another container's claimed work still in flight (a neighbour whose run overlaps this
-    // one): wait for it rather than time-slice with it.
-    if (debt <= ceiling) return TurnDelayNs(now);
+    if (debt <= ceiling) {
+      if (TakesTurns() && state_->run_contended.load(kRelaxed) == 0) {
+        // Another container waiting for the turn through this run (seen within two polls).
+        const uint64_t waiter = turn_->waiter.load(kRelaxed);
+        const int64_t poll = std::max<int64_t>(options_.turn_poll_ns, 1);
+        if (waiter != 0 && waiter != TurnToken(now) && now - turn_->waiter_seen_ns.load(kRelaxed) <= 2 * poll) {
+          state_->run_contended.store(1, kRelaxed);
+        }
+      }
+      // Another container's claimed work still in flight (a neighbour whose run overlaps this
+      // one): wait for it rather than time-slice with it.
+      return TurnDelayNs(now);
+    }
     state_->run_end_ns.store(0, kRelaxed);  // ended early
+    SettleRun(0, now);
+  } else {
+    SettleRun(end, now);
   }
+  debt = state_->vclock_ns.load(kRelaxed) - now;
   if (debt > options_.admit_ahead_ns) return std::min(debt, options_.max_sleep_ns);
   const int64_t turn = TurnDelayNs(now);
   if (turn > 0) return turn;
@@ -109,8 +123,39 @@ int64_t Controller::RunDelayNs(int64_t now, int64_t debt) {
   if (yield > 0) return yield;
   const int64_t length = std::max(PeriodNs(now) * rate / kFullShare, options_.min_run_ns);
   int64_t expected = end;
-  state_->run_end_ns.compare_exchange_strong(expected, now + length, kRelaxed, kRelaxed);  // one thread opens it
+  if (state_->run_end_ns.compare_exchange_strong(expected, now + length, kRelaxed, kRelaxed)) {  // one thread opens it
+    state_->run_claimed_ns.store(0, kRelaxed);
+    state_->run_contended.store(0, kRelaxed);
+    state_->run_start_ns.store(now, kRelaxed);
+  }
   return 0;
+}
+
+// What the open run claimed, for SettleRun: summed here and added to the shared line every
+// kClaimStepNs (so a lone process does not write it per launch); what is left here when the run
+// ends (less than that per process) goes uncounted.
+void Controller::NoteRunClaim(int64_t busy_ns) {
+  constexpr int64_t kClaimStepNs = 50'000;
+  const int64_t start = state_->run_start_ns.load(kRelaxed);
+  if (start == 0) return;
+  if (run_claim_start_.load(kRelaxed) != start) {  // a new run: what was summed belonged to the last one
+    run_claim_start_.store(start, kRelaxed);
+    run_claim_pending_.store(0, kRelaxed);
+  }
+  if (run_claim_pending_.fetch_add(busy_ns, kRelaxed) + busy_ns >= kClaimStepNs) {
+    state_->run_claimed_ns.fetch_add(run_claim_pending_.exchange(0, kRelaxed), kRelaxed);
+  }
+}
+
+void Controller::SettleRun(int64_t end, int64_t now) {
+  int64_t start = state_->run_start_ns.load(kRelaxed);
+  if (start == 0 || !state_->run_start_ns.compare_exchange_strong(start, 0, kRelaxed, kRelaxed)) return;
+  if (run_claim_start_.load(kRelaxed) == start) {
+    state_->run_claimed_ns.fetch_add(run_claim_pending_.exchange(0, kRelaxed), kRelaxed);
+  }
+  if (!options_.charge_held_runs || end <= start || state_->run_contended.load(kRelaxed) == 0) return;
+  const int64_t unclaimed = (end - start) - state_->run_claimed_ns.load(kRelaxed);
+  if (unclaimed > 0) Charge(unclaimed, now);
 }
 
 bool Controller::Unbound(double device_busy, int processes, int64_t now) const {
@@ -265,6 +310,7 @@ void Controller::ClaimTurn(int64_t busy_ns, int64_t now) {
   const int64_t base = mine ? std::max(claimed_until_.load(kRelaxed), others) : published;
   const int64_t until = std::max(base, now) + busy_ns;
   claimed_until_.store(until, kRelaxed);
+  if (options_.charge_held_runs) NoteRunClaim(busy_ns);
   const int64_t publish = std::max(until, RunHoldUntil(now));
   if (!mine) {
     turn_->holder.store(token, kRelaxed);
@@ -281,6 +327,9 @@ void Controller::ClaimTurn(int64_t busy_ns, int64_t now) {
 int64_t Controller::RunHoldUntil(int64_t now) const {
   const int64_t end = state_->run_end_ns.load(kRelaxed);
   if (options_.run_hold_ns <= 0 || !Running() || now >= end) return 0;
+  // A run another container waits through is charged whole (charge_held_runs): it holds the
+  // turn whole, its host gaps included.
+  if (options_.charge_held_runs && state_->run_contended.load(kRelaxed) != 0) return end;
   const int64_t claimed = claimed_until_.load(kRelaxed);
   return claimed > 0 ? std::min(claimed + options_.run_hold_ns, end) : 0;  // never past the run
 }

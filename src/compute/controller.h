@@ -147,6 +147,16 @@ struct ControllerOptions {
   // first launch told to wait publishes the claim itself) or this long after the claimed work
   // with nothing launched since. 0: no hold.
   int64_t run_hold_ns = 300'000;
+  // A run through which another container waited for the turn is charged the wall time it held
+  // the GPU, not only its busy time: the part its launches' estimates did not claim is charged
+  // when the run ends. Runs are exclusive, so a container whose program leaves the GPU idle
+  // inside its runs (synchronisations, host work) held it all the same; charged only its busy
+  // time it took more than its share of the wall time, and beside others someone got less
+  // (simulated 3 x 30 of 20 us kernels each synchronised, 64% busy alone: 37.8 / 41.5 / 15.8 of
+  // their native rates; 30 + 60 + 10: 17.7 / 71.8 / 6.0). Alone, or with nobody waiting, a run
+  // is charged its busy time, and a container that cannot fill the GPU gets more of its native
+  // rate than its share.
+  bool charge_held_runs = true;
   // With runs, a container about to open a run while another container waits for the turn
   // (GpuTurn::waiter) lets it go first, for at most this long in all (a waiter that never takes
   // the turn, or a forged one, costs no more). 0: never.
@@ -266,6 +276,10 @@ class Controller {
   bool Running() const;
   bool SharingGpu(int64_t now) const;
   int64_t RunDelayNs(int64_t now, int64_t debt);
+  // The run that ended at `end` (0: ended early): charges it the wall time it held the GPU beyond
+  // its claims when another container waited through it (charge_held_runs); once per run.
+  void SettleRun(int64_t end, int64_t now);
+  void NoteRunClaim(int64_t busy_ns);
 
   ComputeShareState* const state_;
   PriorityBoard* const board_;
@@ -284,6 +298,10 @@ class Controller {
   std::atomic<int64_t> claimed_until_{0};  // this process's claim, ahead of the published one
   std::atomic<int64_t> published_until_{0};  // what this process last published (its claim or
                                              // its run's hold)
+  // NoteRunClaim: the run this process's unshared claims belong to, and their sum (a race
+  // between its launching threads loses at most one launch's estimate).
+  std::atomic<int64_t> run_claim_start_{0};
+  std::atomic<int64_t> run_claim_pending_{0};
   std::atomic<int64_t> yield_since_{0};    // start of the current yield to a waiter, 0 = none
   std::atomic<int64_t> launch_span_ns_{0};  // SetLaunchSpan
 };

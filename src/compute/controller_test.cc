@@ -760,6 +760,39 @@ TEST(ControllerTurnTest, ARunHoldsTheTurnThroughASynchronisation) {
   EXPECT_EQ(q.a.AdmitDelayNs(t + 1 * kMs + 10 * kUs), 0);  // without the hold, a barges in
 }
 
+// With runs: a run another container waited through is charged the wall time it held the GPU,
+// not only what its launches claimed, and it holds the turn to its end; a run nobody waited
+// through is charged its claims alone.
+TEST(ControllerTurnTest, ARunAnotherContainerWaitedThroughIsChargedItsWallTime) {
+  ControllerOptions options;  // runs of 50 ms: 30 ms at 60 (b)
+  for (bool waited : {false, true}) {
+    TurnPair p(options);
+    int64_t t = kStart + 100 * kMs;  // the runs the constructor opened are over
+    p.state_a.vclock_ns.store(t);
+    p.state_b.vclock_ns.store(t);
+    ASSERT_EQ(p.b.AdmitDelayNs(t), 0);  // b's run opens: 30 ms
+    p.b.ClaimTurn(5 * kMs, t);          // 5 ms of work, then b's program idles in its run
+    p.b.Charge(5 * kMs, t + 5 * kMs);   // ... measured
+    if (waited) {
+      EXPECT_GT(p.a.AdmitDelayNs(t + 2 * kMs), 0);  // a waits for the turn
+      EXPECT_EQ(p.b.AdmitDelayNs(t + 3 * kMs), 0);  // b, still in its run, sees it ...
+      p.b.ClaimTurn(100 * kUs, t + 3 * kMs);
+      EXPECT_EQ(p.turn.until_ns.load(), t + 30 * kMs);  // ... and holds the turn to the run's end
+    }
+    const int64_t after = t + 30 * kMs + 1 * kUs;  // b's run is over
+    const int64_t wait = p.b.AdmitDelayNs(after);
+    SCOPED_TRACE(waited ? "waited through" : "alone");
+    if (waited) {
+      // charged the 5 ms measured + the 24.9 ms it did not claim, at 60%: its next run opens
+      // about 50 ms after the last one opened
+      EXPECT_NEAR(static_cast<double>(p.state_b.vclock_ns.load() - t), 49.8 * kMs, 0.1 * kMs);
+      EXPECT_GT(wait, 0);
+    } else {
+      EXPECT_EQ(wait, 0);  // 5 ms charged: paid long ago, its next run opens at once
+    }
+  }
+}
+
 // A waiter that stopped polling (it went, or died) is not waited for, and one that polls forever
 // without taking the turn (stuck, or forged) costs at most max_yield_ns.
 TEST(ControllerTurnTest, AHoldersYieldToAWaiterIsBounded) {
