@@ -6,6 +6,10 @@
 namespace vgpu::compute {
 namespace {
 
+// Claims reach the shared lines (the turn's until_ns, the run's run_claimed_ns) every this much
+// of a process's work, not at every launch.
+constexpr int64_t kClaimStepNs = 50'000;
+
 constexpr auto kRelaxed = std::memory_order_relaxed;
 
 int32_t ClampPpm(double ppm) {
@@ -135,7 +139,6 @@ int64_t Controller::RunDelayNs(int64_t now, int64_t debt) {
 // kClaimStepNs (so a lone process does not write it per launch); what is left here when the run
 // ends (less than that per process) goes uncounted.
 void Controller::NoteRunClaim(int64_t busy_ns) {
-  constexpr int64_t kClaimStepNs = 50'000;
   const int64_t start = state_->run_start_ns.load(kRelaxed);
   if (start == 0) return;
   if (run_claim_start_.load(kRelaxed) != start) {  // a new run: what was summed belonged to the last one
@@ -304,7 +307,6 @@ void Controller::ClaimTurn(int64_t busy_ns, int64_t now) {
   // While the turn is ours, claims accumulate here and reach the shared line only every
   // kClaimStepNs of work (it then lags by less than that), so that a lone process's launches
   // rarely write it. (Racing claims may lose one estimate: a hint, not an account.)
-  constexpr int64_t kClaimStepNs = 50'000;
   // The published line may be this process's own run hold, not work: claims do not stack on it.
   const int64_t others = mine && published == published_until_.load(kRelaxed) ? 0 : published;
   const int64_t base = mine ? std::max(claimed_until_.load(kRelaxed), others) : published;
