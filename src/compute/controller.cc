@@ -102,13 +102,9 @@ int64_t Controller::RunDelayNs(int64_t now, int64_t debt) {
   if (now < end) {
     const int64_t ceiling = 8 * PeriodNs(now) * (kFullShare - rate) / kFullShare + options_.admit_ahead_ns;
     if (debt <= ceiling) {
-      if (TakesTurns() && state_->run_contended.load(kRelaxed) == 0) {
-        // Another container waiting for the turn through this run (seen within two polls).
-        const uint64_t waiter = turn_->waiter.load(kRelaxed);
-        const int64_t poll = std::max<int64_t>(options_.turn_poll_ns, 1);
-        if (waiter != 0 && waiter != TurnToken(now) && now - turn_->waiter_seen_ns.load(kRelaxed) <= 2 * poll) {
-          state_->run_contended.store(1, kRelaxed);
-        }
+      // Another container waiting for the turn through this run.
+      if (TakesTurns() && state_->run_contended.load(kRelaxed) == 0 && WaiterSeen(now)) {
+        state_->run_contended.store(1, kRelaxed);
       }
       // Another container's claimed work still in flight (a neighbour whose run overlaps this
       // one): wait for it rather than time-slice with it.
@@ -273,12 +269,17 @@ int64_t Controller::TurnDelayNs(int64_t now) {
 // for the turn ran out; the neighbour then launched beside it and both were charged for the time
 // they time-sliced (on the H200, matmuls at 30 + 60 + 10: 1.7-5.8% of the time, and the 30 got
 // 26.6-29.8).
-int64_t Controller::YieldNs(int64_t now) {
-  if (!TakesTurns() || options_.max_yield_ns <= 0) return 0;
+bool Controller::WaiterSeen(int64_t now) {
   const uint64_t waiter = turn_->waiter.load(kRelaxed);
   const int64_t poll = std::max<int64_t>(options_.turn_poll_ns, 1);
   const int64_t seen = turn_->waiter_seen_ns.load(kRelaxed);
-  if (waiter == 0 || waiter == TurnToken(now) || now - seen > 2 * poll || seen > now + poll) {
+  return waiter != 0 && waiter != TurnToken(now) && now - seen <= 2 * poll && seen <= now + poll;
+}
+
+int64_t Controller::YieldNs(int64_t now) {
+  if (!TakesTurns() || options_.max_yield_ns <= 0) return 0;
+  const int64_t poll = std::max<int64_t>(options_.turn_poll_ns, 1);
+  if (!WaiterSeen(now)) {
     yield_since_.store(0, kRelaxed);
     return 0;
   }

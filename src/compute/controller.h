@@ -243,9 +243,9 @@ class Controller {
   // `device_busy` (0..1; negative: unknown), the share of recent time the whole GPU was busy
   // (NVML's GPU-Util: the container's own share is at most that), is below the hard limit by more
   // than light_margin_ppm (default 0: below it), the container owes nothing, it is under a hard
-  // limit alone (no soft limit, not yielding), and it is at most one process (`processes`, the ledger's: the
-  // processes' estimates are not in the busy ring they share, so each would count the time they
-  // overlap). Its busy time then need not be measured exactly (BusyTracker::SetLight).
+  // limit alone (no soft limit, not yielding), and it is at most one process (`processes`, the
+  // ledger's: the processes' estimates are not in the busy ring they share, so each would count
+  // the time they overlap). Its busy time then need not be measured exactly (BusyTracker::SetLight).
   bool Unbound(double device_busy, int processes, int64_t now) const;
   // Last time any process of the container noted activity on this GPU (0 = never).
   int64_t LastActivityNs() const { return state_->last_launch_ns.load(std::memory_order_relaxed); }
@@ -269,8 +269,11 @@ class Controller {
   uint64_t TurnToken(int64_t now);
   int64_t TurnDelayNs(int64_t now);
   // The earliest end of the turn an open run holds (run_hold_ns after its claimed work, at most
-  // the run's end); 0: none.
+  // the run's end; the run's end once another container waited: charge_held_runs); 0: none.
   int64_t RunHoldUntil(int64_t now) const;
+  // Another container waits for the turn: GpuTurn::waiter set, not this container, and seen
+  // within two polls (not later than a poll ahead: a forged time is not believed).
+  bool WaiterSeen(int64_t now);
   int64_t YieldNs(int64_t now);
   void ResetTurnWait();
   bool Running() const;
