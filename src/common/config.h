@@ -114,7 +114,7 @@ struct Config {
   uint64_t memory_headroom = 0;
   bool memory_headroom_set = false;
   bool compute_turns = true;              // VGPU_COMPUTE_TURNS: limited containers take turns on a GPU
-  // VGPU_COMPUTE_LIGHT: a container that NVML shows well below its limit measures its launches
+  // VGPU_COMPUTE_LIGHT: a container that NVML shows below its limit measures its launches
   // onto idle streams by samples (compute::BusyTracker::SetLight).
   bool compute_light = true;
   // VGPU_COMPUTE_PERIOD: a limited process runs share x period, then rests (docs/compute.md);

@@ -222,7 +222,7 @@ struct BusyTrackerOptions {
   int64_t span_window_ns = 1'000'000'000;
   // How far the GPU's event clock may drift from CLOCK_MONOTONIC (the time offset's decay).
   int64_t max_clock_drift_ppm = 20;
-  // Light measurement (SetLight: the container is known to run well below its limit, so its busy
+  // Light measurement (SetLight: the container is known to run below its limit, so its busy
   // time need not be exact, only cheap to learn). A launch onto a stream run dry records a begin
   // only one time in light_sample_every (drawn at random; that launch is marked right after it and
   // measured alone), and otherwise none: the interval that follows may hold the idle gap and is
@@ -331,7 +331,7 @@ class BusyTracker {
   // True when some launch is still unmeasured (work may be in flight).
   bool HasPendingWork() const;
   // Light measurement on or off (BusyTrackerOptions::light_sample_every), from the thread that
-  // knows whether the container runs well below its limit (Controller::Unbound); on only once
+  // knows whether the container runs below its limit (Controller::Unbound); on only once
   // light_hold_ns have passed since the last EndLight. Takes effect at each stream's next launch
   // onto an idle queue, while the process launches on that stream alone.
   void SetLight(bool light, int64_t now);

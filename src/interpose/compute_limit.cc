@@ -299,7 +299,7 @@ void* MonitorMain(void*) {
       active = active || now - dl->controller.LastActivityNs() < kIdleAfterNs;
       if (sample) {
         dl->signals.Sample(pids, dl->controller.Snapshot(now).measured_ppm / 1e6, now);
-        // Well below its limit by NVML's account of the whole GPU, and the container's only
+        // Below its limit by NVML's account of the whole GPU, and the container's only
         // process: measure cheaply until a launch is told to wait or the next sample says otherwise.
         dl->tracker.SetLight(
             g_light && dl->controller.Unbound(dl->signals.device_busy(), static_cast<int>(pids.size()), now), now);
