@@ -134,6 +134,11 @@ SoloRun RunSolo(int target, const WorkloadSpec& w, int64_t tick_ns, const SoloGp
   return run;
 }
 
+// Timing events recorded per launch (begins and marks).
+double EventsPerLaunch(const TrackerStats& stats) {
+  return static_cast<double>(stats.marks) / static_cast<double>(stats.launches);
+}
+
 TEST(ConcurrencyTest, EveryRowGetsItsShareOfItsOwnThroughput) {
   std::printf("[ matrix ] %-32s %9s %7s %7s\n", "row", "native", "30", "60");
   for (const Row& row : Rows()) {
@@ -233,7 +238,7 @@ TEST(ConcurrencyTest, HostBoundTinyKernelsKeepTheirLaunchRateAndShare) {
     }
     const TrackerStats& t = run.stats;
     const double share = 100.0 * run.work / native;
-    const double marks = static_cast<double>(t.marks) / static_cast<double>(t.launches);
+    const double marks = EventsPerLaunch(t);
     std::printf("[ matrix ] host-bound 2 us kernels at %d: %.1f of native, %.3f marks and %.3f queries per launch\n",
                 target, share, marks, static_cast<double>(t.queries) / static_cast<double>(t.launches));
     EXPECT_LT(marks, 0.05);
@@ -372,8 +377,7 @@ TEST(ConcurrencyTest, HostBoundMixOfCheapAndExpensiveLaunchesIsCounted) {
       const double expected = std::min(100.0, target / native_busy);
       std::printf("[ matrix ] host-bound mix of 3 and 40 us kernels, %d us to the GPU, at %d: %.1f of native "
                   "(its busy share leaves %.1f), %.3f marks per launch\n",
-                  static_cast<int>(latency / kUs), target, share, expected,
-                  static_cast<double>(run.stats.marks) / static_cast<double>(run.stats.launches));
+                  static_cast<int>(latency / kUs), target, share, expected, EventsPerLaunch(run.stats));
       EXPECT_NEAR(share, expected, 3.0);
     }
   }
@@ -401,15 +405,10 @@ TEST(ConcurrencyTest, TheLimitersOwnEventsAreNotChargedToTheContainer) {
     shares[i] = 100.0 * run.work / native.work;
     std::printf("[ matrix ] host-bound mix, events of 2 us, %s: %.1f of native at 60 (its busy share leaves %.1f), "
                 "%.3f marks per launch\n", i == 0 ? "their cost known" : "their cost charged", shares[i], expected,
-                static_cast<double>(run.stats.marks) / static_cast<double>(run.stats.launches));
+                EventsPerLaunch(run.stats));
   }
   EXPECT_GT(shares[0], shares[1] + 4.0);
   EXPECT_LT(shares[0], expected + 3.0);  // never more than its share
-}
-
-// Timing events recorded per launch (begins and marks).
-double EventsPerLaunch(const TrackerStats& stats) {
-  return static_cast<double>(stats.marks) / static_cast<double>(stats.launches);
 }
 
 // A launcher slower than its kernels (each launch finds its stream run dry) well below its limit:
