@@ -16,6 +16,7 @@
 //   node-wide board path  VGPU_BOARD (priorities; docs/compute.md)
 //   compute turns         VGPU_COMPUTE_TURNS (boolean, default true; docs/compute.md, "Turns")
 //   light measurement     VGPU_COMPUTE_LIGHT (boolean, default true; docs/compute.md, "Light measurement")
+//   run hold              VGPU_COMPUTE_RUN_HOLD (boolean, default true; docs/compute.md, "A run holds the turn")
 //   compute period        VGPU_COMPUTE_PERIOD (duration 10ms..5s, or 0/off; docs/compute.md, "Slices")
 //   compute trace         VGPU_COMPUTE_TRACE (absolute file path, %p = pid; docs/compute.md, "Tracing")
 //   device UUIDs          -                                             GPU_DEVICES_UUID (comma-separated)
@@ -117,6 +118,10 @@ struct Config {
   // VGPU_COMPUTE_LIGHT: a container that NVML shows below its limit measures its launches
   // onto idle streams by samples (compute::BusyTracker::SetLight).
   bool compute_light = true;
+  // VGPU_COMPUTE_RUN_HOLD: an open run holds the turn through its synchronisations and, once a
+  // neighbour waited through it, to its end, charged its wall time (compute::ControllerOptions::
+  // run_hold_ns and charge_held_runs); false: a run holds the turn only while its work is claimed.
+  bool compute_run_hold = true;
   // VGPU_COMPUTE_PERIOD: a limited process runs share x period, then rests (docs/compute.md);
   // 0 = no runs, bursts launch by launch.
   int64_t compute_period_ms = kDefaultComputePeriodMs;

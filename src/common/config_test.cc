@@ -170,6 +170,9 @@ std::vector<ValidCase> ValidCases() {
       {"VGPU_COMPUTE_TURNS off", {{"VGPU_COMPUTE_TURNS", "false"}}, [](const Config& c) { EXPECT_FALSE(c.compute_turns); }},
       {"light measurement by default", {}, [](const Config& c) { EXPECT_TRUE(c.compute_light); }},
       {"VGPU_COMPUTE_LIGHT off", {{"VGPU_COMPUTE_LIGHT", "off"}}, [](const Config& c) { EXPECT_FALSE(c.compute_light); }},
+      {"run hold by default", {}, [](const Config& c) { EXPECT_TRUE(c.compute_run_hold); }},
+      {"VGPU_COMPUTE_RUN_HOLD off", {{"VGPU_COMPUTE_RUN_HOLD", "false"}},
+       [](const Config& c) { EXPECT_FALSE(c.compute_run_hold); }},
       {"runs of 50 ms by default", {}, [](const Config& c) { EXPECT_EQ(c.compute_period_ms, 50); }},
       {"VGPU_COMPUTE_PERIOD 1s", {{"VGPU_COMPUTE_PERIOD", "1s"}}, [](const Config& c) { EXPECT_EQ(c.compute_period_ms, 1000); }},
       {"VGPU_COMPUTE_PERIOD 250ms", {{"VGPU_COMPUTE_PERIOD", " 250ms "}}, [](const Config& c) { EXPECT_EQ(c.compute_period_ms, 250); }},
@@ -325,6 +328,7 @@ std::vector<BadCase> BadCases() {
       {{{"CUDA_OVERSUBSCRIBE", "maybe"}}, "CUDA_OVERSUBSCRIBE", "true or false"},
       {{{"VGPU_COMPUTE_TURNS", "sometimes"}}, "VGPU_COMPUTE_TURNS", "true or false"},
       {{{"VGPU_COMPUTE_LIGHT", "light"}}, "VGPU_COMPUTE_LIGHT", "true or false"},
+      {{{"VGPU_COMPUTE_RUN_HOLD", "300us"}}, "VGPU_COMPUTE_RUN_HOLD", "true or false"},
       {{{"VGPU_COMPUTE_PERIOD", "1"}}, "VGPU_COMPUTE_PERIOD", "from 10ms to 5s"},
       {{{"VGPU_COMPUTE_TRACE", "trace.txt"}}, "VGPU_COMPUTE_TRACE", "absolute file path"},
       {{{"VGPU_COMPUTE_TRACE", "/tmp/traces/"}}, "VGPU_COMPUTE_TRACE", "absolute file path"},
@@ -626,6 +630,13 @@ TEST(DescribeTest, LightMeasurementOffIsListed) {
   ASSERT_TRUE(result.ok()) << Messages(result.errors);
   ExpectContainsLine(result.config.Describe(), "light measurement: off");
   EXPECT_EQ(Parse({}).config.Describe().find("light measurement"), std::string::npos);
+}
+
+TEST(DescribeTest, RunHoldOffIsListed) {
+  const ConfigResult result = Parse({{"VGPU_COMPUTE_RUN_HOLD", "off"}});
+  ASSERT_TRUE(result.ok()) << Messages(result.errors);
+  ExpectContainsLine(result.config.Describe(), "run hold: off (a run holds the turn only while its work is claimed)");
+  EXPECT_EQ(Parse({}).config.Describe().find("run hold"), std::string::npos);
 }
 
 TEST(DescribeTest, ComputePeriodIsListed) {
