@@ -5,6 +5,7 @@ runs in every round: what a change to the compute limiter does, as ratios measur
     python3 bench/compute_ab.py --old OLD/libvgpu.so --new NEW/libvgpu.so --out DIR
                                 [--rows PATTERNS] [--limits 30,60,90] [--rounds 2]
                                 [--serving LIMITS] [--serving-cpus auto|all|LIST]
+                                [--old-env VAR=VALUE,...] [--new-env VAR=VALUE,...]
                                 [--warmup W --seconds S] [--dry-run]
 
 Rows (--rows takes ids or shell patterns, comma-separated): the concurrency matrix's rows of
@@ -24,6 +25,10 @@ queue waits, measured share and period. --warmup / --seconds replace every row's
 --serving L adds bench/serving/serve.py (bench/compute_matrix.py's
 serving arguments, pinned as there) at the limits L, old and new, with a native run per round;
 its tokens/s and the limiter's busy time over the process's life.
+
+--old-env / --new-env add variables to that side's limited runs (comma-separated VAR=VALUE), so
+that one library can be compared with itself under another setting:
+    --old build-gpu/libvgpu.so --new build-gpu/libvgpu.so --old-env VGPU_COMPUTE_RUN_HOLD=false
 
 Output: DIR/compute-ab.md (per row and limit: the native rates, old and new as a share of the
 round's native rate, and their marks and event queries per launch) and DIR/compute-ab.json, the
@@ -107,6 +112,8 @@ class Runner:
         """One run: lib None (native) or "old" / "new" at `limit`. Returns its record."""
         launcher = self.native if lib is None else self.libs[lib]
         env = launcher.env_for(None if lib is None else limit, summary=True)
+        if lib is not None:
+            env.update(self.args.extra_env[lib])
         timeout = 300 if row == "serving" else 90
         out, err, rc, _ = launcher.run(self.command(row), env, timeout)
         res = launcher.result_of(out, err, rc)
@@ -165,6 +172,18 @@ def table(records, rows, limits):
     return "\n".join(out)
 
 
+def parse_env(text, option, error):
+    """"VAR=VALUE,VAR2=VALUE2" -> dict; an entry without "=" or a bad name is an error naming it."""
+    env = {}
+    for item in filter(None, (x.strip() for x in text.split(","))):
+        name, sep, value = item.partition("=")
+        if not sep or not name or not (name[0].isalpha() or name[0] == "_") or \
+                not all(c.isalnum() or c == "_" for c in name):
+            error(f"{option} {item!r}: expected VAR=VALUE")
+        env[name] = value
+    return env
+
+
 def parser():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
@@ -174,6 +193,8 @@ def parser():
     p.add_argument("--rows", default=DEFAULT_ROWS, help=f"row ids or shell patterns (default {DEFAULT_ROWS})")
     p.add_argument("--limits", default="30,60,90", help="limits of the rows but the launch rows (default 30,60,90)")
     p.add_argument("--rounds", type=int, default=2, help="rounds, each with its own native runs (default 2)")
+    p.add_argument("--old-env", default="", help="VAR=VALUE,... for the old side's limited runs")
+    p.add_argument("--new-env", default="", help="VAR=VALUE,... for the new side's limited runs")
     p.add_argument("--serving", default="", help="limits for bench/serving/serve.py (default: not run)")
     p.add_argument("--warmup", type=float, help="warm-up of every run, seconds (default: the row's)")
     p.add_argument("--seconds", type=float, help="window of every run, seconds (default: the row's)")
@@ -192,6 +213,8 @@ def main(argv=None):
     rows = cm.select_rows(s.rows, p.error, list(spin_rows()))
     s.limits = cm.parse_limits(s.limits, "--limits", p.error)
     serving = cm.parse_limits(s.serving, "--serving", p.error) if s.serving else []
+    s.extra_env = {"old": parse_env(s.old_env, "--old-env", p.error),
+                   "new": parse_env(s.new_env, "--new-env", p.error)}
     if s.rounds < 1:
         p.error(f"--rounds {s.rounds}: expected 1 or more")
     if (s.warmup is not None and s.warmup < 0) or (s.seconds is not None and not s.seconds > 0):
@@ -232,12 +255,16 @@ def main(argv=None):
     md = table(records, rows, s.limits)
     if serving:
         md += "\n\n" + table(records, ["serving"], serving)
-    header = (f"vgpu compute A/B: old {os.path.abspath(s.old)}, new {os.path.abspath(s.new)} "
+    def side(name):
+        extra = " ".join(f"{k}={v}" for k, v in s.extra_env[name].items())
+        return f"{name} {os.path.abspath(getattr(s, name))}" + (f" with {extra}" if extra else "")
+    header = (f"vgpu compute A/B: {side('old')}, {side('new')} "
               f"({git_describe()}); {s.rounds} rounds, native runs in each")
     with open(os.path.join(s.out, OUTPUT + ".md"), "w") as f:
         f.write(header + "\n\n" + md + "\n")
     with open(os.path.join(s.out, OUTPUT + ".json"), "w") as f:
-        json.dump({"old": s.old, "new": s.new, "records": records}, f, indent=1)
+        json.dump({"old": s.old, "new": s.new, "old_env": s.extra_env["old"], "new_env": s.extra_env["new"],
+                   "records": records}, f, indent=1)
     print(header + "\n\n" + md)
     return 1 if runner.failed else 0
 

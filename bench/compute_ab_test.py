@@ -10,6 +10,7 @@ the fake can tell them apart by LD_PRELOAD.
 """
 import contextlib
 import io
+import json
 import os
 import shutil
 import subprocess
@@ -65,7 +66,9 @@ class Plan(unittest.TestCase):
 
     def test_bad_options_name_the_input(self):
         for args, needle in ((["--rows", "nope*"], "--rows 'nope*'"), (["--limits", "0"], "0 is outside"),
-                             (["--rounds", "0"], "--rounds 0"), (["--seconds", "0"], "--seconds > 0")):
+                             (["--rounds", "0"], "--rounds 0"), (["--seconds", "0"], "--seconds > 0"),
+                             (["--old-env", "VGPU_COMPUTE_RUN_HOLD"], "--old-env 'VGPU_COMPUTE_RUN_HOLD'"),
+                             (["--new-env", "1X=2"], "--new-env '1X=2'")):
             err = io.StringIO()
             with contextlib.redirect_stderr(err), self.assertRaises(SystemExit):
                 dry_run(*args)
@@ -119,6 +122,19 @@ class Runs(unittest.TestCase):
         self.assertIn("| launch-1x2us | 99 | 500000, 500000 | 99.0, 99.0 (mean 99.0) |", md)
         self.assertIn("| serving | 10 | 5000, 5000 | 10.0, 10.0 (mean 10.0) | 10.0, 10.0 (mean 10.0) |", md)
         self.assertEqual(r.stdout.count("| 1x5us |"), 2)  # the table is printed too
+
+    def test_each_sides_variables_reach_its_limited_runs_only(self):
+        r, md = self.run_ab("--rows", "1x5us", "--limits", "30", "--rounds", "1",
+                            "--old-env", "VGPU_COMPUTE_RUN_HOLD=false, VGPU_COMPUTE_LIGHT=false")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(os.path.join(self.tmp, "fake.log")) as f:
+            runs = [json.loads(line) for line in f]
+        by_side = {("native" if not run["preload"] else "old" if run["preload"] == self.old else "new"):
+                   run["vgpu_env"] for run in runs}
+        self.assertEqual(by_side["old"], {"VGPU_COMPUTE_RUN_HOLD": "false", "VGPU_COMPUTE_LIGHT": "false"})
+        self.assertEqual(by_side["new"], {})
+        self.assertEqual(by_side["native"], {})
+        self.assertIn("with VGPU_COMPUTE_RUN_HOLD=false VGPU_COMPUTE_LIGHT=false", md.splitlines()[0])
 
     def test_a_failed_run_shows_and_sets_the_exit_status(self):
         r, md = self.run_ab("--rows", "1x5us", "--limits", "30", "--rounds", "1", fail=f"preload:{self.old}@30")

@@ -71,7 +71,9 @@ def fake(argv):
     with open(os.environ["FAKE_MATRIX_LOG"], "a") as f:
         f.write(json.dumps({"kind": kind, "args": args, "pid": os.getpid(), "preload": os.environ.get("LD_PRELOAD"),
                             "limit": limit, "ledger": os.environ.get("CUDA_DEVICE_MEMORY_SHARED_CACHE"),
-                            "barrier": barrier[1] if barrier else None}) + "\n")
+                            "barrier": barrier[1] if barrier else None,
+                            "vgpu_env": {k: v for k, v in os.environ.items() if k.startswith("VGPU_COMPUTE_")}})
+                + "\n")
     if list(_matches(os.environ.get("FAKE_MATRIX_FAIL"), text, limit)):
         print("fake: told to fail here", file=sys.stderr)
         return 2
