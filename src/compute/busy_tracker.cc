@@ -317,8 +317,9 @@ int64_t BusyTracker::BeforeLaunch(StreamKey stream, int64_t now, LaunchTicket* t
     }
     // Nothing to wait for (no events available): measuring is impossible, launch unmetered.
   }
-  const bool light = light_.load(std::memory_order_relaxed) &&
-                     (other_stream_ns_ == 0 || now - other_stream_ns_ >= options_.light_alone_ns);
+  const bool light_set = light_.load(std::memory_order_relaxed);
+  const bool alone = other_stream_ns_ == 0 || now - other_stream_ns_ >= options_.light_alone_ns;
+  const bool light = light_set && alone;
   if (!light) CollapseIntervalIfShallowLocked(st);
   st.sampling = !st.last_mark_deep && LaunchedSlowerLocked(st) && UniformCostLocked(st) && DrawSampleLocked();
   if (st.sampling) MarkTailLocked(st, now);  // the sampled launch starts an interval
@@ -330,6 +331,8 @@ int64_t BusyTracker::BeforeLaunch(StreamKey stream, int64_t now, LaunchTicket* t
       st.mark_interval = std::max(1, std::min(options_.light_mark_interval, st.window / 2));
       ++stats_.light_launches;
     } else {
+      if (light_set && !alone) ++stats_.light_not_alone;
+      if (!light_set && light_wanted_.load(std::memory_order_relaxed)) ++stats_.light_held;
       // The queue starts empty: mark densely until it is seen deep again (a uniform stream's
       // intervals are capped instead, and its marks stay sparse).
       if (!UniformCostLocked(st)) st.mark_interval = 1;
@@ -384,6 +387,7 @@ int64_t BusyTracker::AfterLaunch(const LaunchTicket& ticket, bool launched, int6
 }
 
 void BusyTracker::SetLight(bool light, int64_t now) {
+  light_wanted_.store(light, std::memory_order_relaxed);
   light_.store(light && now >= light_hold_until_.load(std::memory_order_relaxed), std::memory_order_relaxed);
 }
 

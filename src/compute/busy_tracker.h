@@ -277,6 +277,11 @@ struct TrackerStats {
   int64_t queue_waits_work = 0;
   int64_t queue_waits_age = 0;
   int64_t light_launches = 0;  // launches onto a stream run dry measured lightly (no begin)
+  // Launches onto a stream run dry measured exactly (a begin) although light measurement was
+  // asked for last, because a launch was told to wait within light_hold_ns (EndLight), or
+  // because another stream of the process launched within light_alone_ns.
+  int64_t light_held = 0;
+  int64_t light_not_alone = 0;
   int64_t shared_read = 0;     // other processes' intervals added from the BusyRing
   int64_t shared_skipped = 0;  // ring slots found overwritten or being written
   int streams = 0;
@@ -502,6 +507,7 @@ class BusyTracker {
   uint64_t launch_seq_ = 0;                        // launches on any stream; guarded by mu_
   uint64_t sample_rng_ = 0x9e3779b97f4a7c15ULL;     // xorshift state for uniform samples; guarded by mu_
   std::atomic<bool> light_{false};                  // SetLight
+  std::atomic<bool> light_wanted_{false};           // SetLight's argument, held or not (stats)
   std::atomic<int64_t> light_hold_until_{0};        // EndLight
   int32_t last_launch_slot_ = -1;                  // the stream launched on last; guarded by mu_
   int64_t other_stream_ns_ = 0;                    // a launch on another stream than the one

@@ -252,8 +252,11 @@ TEST(BusyTrackerTest, LightMeasurementNeedsOneStreamAloneAndNoRecentWait) {
     rig.Advance(300 * kUs);
     rig.Measured();
   }
-  // a second stream is seen once it launched: the first launch on each went lightly
+  // a second stream is seen once it launched: the first launch on each went lightly, and the
+  // others onto dry streams count as measured exactly for want of a stream alone
   EXPECT_LE(rig.tracker.stats().light_launches, 2);
+  EXPECT_GE(rig.tracker.stats().light_not_alone, 90);
+  EXPECT_EQ(rig.tracker.stats().light_held, 0);
   const int64_t before_alone = rig.tracker.stats().light_launches;
   rig.Advance(BusyTrackerOptions().light_alone_ns);
   rig.LaunchEvery(rig.s0, 100 * kUs, 300 * kUs, 100);  // one stream alone again
@@ -263,6 +266,13 @@ TEST(BusyTrackerTest, LightMeasurementNeedsOneStreamAloneAndNoRecentWait) {
   EXPECT_FALSE(rig.tracker.light());
   rig.tracker.SetLight(true, rig.now + BusyTrackerOptions().light_hold_ns / 2);
   EXPECT_FALSE(rig.tracker.light());
+  const int64_t not_alone = rig.tracker.stats().light_not_alone;
+  rig.LaunchEvery(rig.s0, 100 * kUs, 300 * kUs, 10);  // held after the wait: measured exactly
+  EXPECT_EQ(rig.tracker.stats().light_held, 10);
+  EXPECT_EQ(rig.tracker.stats().light_not_alone, not_alone);
+  rig.tracker.SetLight(false, rig.now);  // not asked for: not counted as held
+  rig.LaunchEvery(rig.s0, 100 * kUs, 300 * kUs, 10);
+  EXPECT_EQ(rig.tracker.stats().light_held, 10);
   rig.tracker.SetLight(true, rig.now + BusyTrackerOptions().light_hold_ns);
   EXPECT_TRUE(rig.tracker.light());
 }

@@ -157,13 +157,17 @@ void Controller::SettleRun(int64_t end, int64_t now) {
   if (unclaimed > 0) Charge(unclaimed, now);
 }
 
-bool Controller::Unbound(double device_busy, int processes, int64_t now) const {
-  if (options_.light_margin_ppm < 0 || !(device_busy >= 0) || processes > 1) return false;
-  if (state_->mode.load(kRelaxed) != static_cast<uint32_t>(Mode::kHard)) return false;
+Controller::LightRefusal Controller::LightRefusalOf(double device_busy, int processes, int64_t now) const {
+  if (options_.light_margin_ppm < 0 || !(device_busy >= 0)) return LightRefusal::kOff;
+  if (processes > 1) return LightRefusal::kProcesses;
   const int32_t hard = hard_ppm_.load(kRelaxed);
-  if (hard <= 0 || hard >= kFullShare || soft_ppm_.load(kRelaxed) > hard) return false;
-  if (state_->vclock_ns.load(kRelaxed) > now) return false;  // in debt: measure exactly
-  return device_busy * kFullShare < static_cast<double>(hard - options_.light_margin_ppm);
+  if (state_->mode.load(kRelaxed) != static_cast<uint32_t>(Mode::kHard) || hard <= 0 || hard >= kFullShare ||
+      soft_ppm_.load(kRelaxed) > hard) {
+    return LightRefusal::kMode;
+  }
+  if (state_->vclock_ns.load(kRelaxed) > now) return LightRefusal::kDebt;  // in debt: measure exactly
+  if (!(device_busy * kFullShare < static_cast<double>(hard - options_.light_margin_ppm))) return LightRefusal::kBusy;
+  return LightRefusal::kNone;
 }
 
 void Controller::SetLaunchSpan(int64_t span_ns) { launch_span_ns_.store(std::max<int64_t>(span_ns, 0), kRelaxed); }

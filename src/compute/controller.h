@@ -246,7 +246,22 @@ class Controller {
   // limit alone (no soft limit, not yielding), and it is at most one process (`processes`, the
   // ledger's: the processes' estimates are not in the busy ring they share, so each would count
   // the time they overlap). Its busy time then need not be measured exactly (BusyTracker::SetLight).
-  bool Unbound(double device_busy, int processes, int64_t now) const;
+  bool Unbound(double device_busy, int processes, int64_t now) const {
+    return LightRefusalOf(device_busy, processes, now) == LightRefusal::kNone;
+  }
+  // Why Unbound() is false (the first reason that applies, in the order below), for the
+  // summary at exit: a container measured exactly where it was expected to be measured lightly
+  // says which condition held it.
+  enum class LightRefusal : int {
+    kNone = 0,   // unbound
+    kOff,        // light_margin_ppm < 0, or no device busy figure (NVML unavailable)
+    kProcesses,  // more than one process in the container
+    kMode,       // not under a hard limit alone (soft limit, yielding, no limit)
+    kDebt,       // the container owes budget
+    kBusy,       // the whole GPU busy at or above the hard limit (less the margin)
+  };
+  static constexpr int kLightRefusals = 6;
+  LightRefusal LightRefusalOf(double device_busy, int processes, int64_t now) const;
   // Last time any process of the container noted activity on this GPU (0 = never).
   int64_t LastActivityNs() const { return state_->last_launch_ns.load(std::memory_order_relaxed); }
 

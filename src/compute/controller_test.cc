@@ -70,11 +70,19 @@ TEST(ControllerTest, UnboundNeedsTheWholeGpuBelowTheLimitAndNoDebt) {
   c.Charge(10 * kMs, kStart);                // 16.7 ms of debt
   EXPECT_FALSE(c.Unbound(0.2, 1, kStart));
   EXPECT_TRUE(c.Unbound(0.2, 1, kStart + 20 * kMs));  // paid
+  // Each refusal names its reason, the first that applies.
+  using Why = Controller::LightRefusal;
+  EXPECT_EQ(c.LightRefusalOf(0.2, 1, kStart + 20 * kMs), Why::kNone);
+  EXPECT_EQ(c.LightRefusalOf(-1, 2, kStart), Why::kOff);
+  EXPECT_EQ(c.LightRefusalOf(0.2, 2, kStart), Why::kProcesses);
+  EXPECT_EQ(c.LightRefusalOf(0.9, 1, kStart), Why::kDebt);
+  EXPECT_EQ(c.LightRefusalOf(0.6, 1, kStart + 20 * kMs), Why::kBusy);
 
   ComputeShareState soft_state{};
   Controller soft(&soft_state, nullptr, nullptr, ControllerOptions(), Limits(60, 80));
   ASSERT_EQ(soft.AdmitDelayNs(kStart), 0);
   EXPECT_FALSE(soft.Unbound(0.2, 1, kStart));  // a soft limit: its share follows the neighbours
+  EXPECT_EQ(soft.LightRefusalOf(0.2, 1, kStart), Controller::LightRefusal::kMode);
 
   ControllerOptions never;
   never.light_margin_ppm = -1;

@@ -8,6 +8,7 @@
 #include <memory>
 #include <mutex>
 #include <new>
+#include <optional>
 #include <vector>
 
 #include "common/log.h"
@@ -51,6 +52,9 @@ struct DeviceLimiter {
   compute::ComputeLimiter limiter;
   std::atomic<CUcontext> ctx;               // the context owning the tracker's events
   std::atomic<int64_t> next_tick_ns{0};
+  // The monitor's light-measurement verdicts, by compute::Controller::LightRefusal (index 0: light
+  // allowed), for the summary at exit; written by the monitor thread only.
+  std::atomic<int64_t> light_verdicts[compute::Controller::kLightRefusals] = {};
   std::mutex mu;                            // guards re-binding and `applied`
   ComputeLimits applied;                    // guarded by mu
 };
@@ -306,8 +310,10 @@ void* MonitorMain(void*) {
         dl->signals.Sample(pids, dl->controller.Snapshot(now).measured_ppm / 1e6, now);
         // Below its limit by NVML's account of the whole GPU, and the container's only
         // process: measure cheaply until a launch is told to wait or the next sample says otherwise.
-        dl->tracker.SetLight(
-            g_light && dl->controller.Unbound(dl->signals.device_busy(), static_cast<int>(pids.size()), now), now);
+        const compute::Controller::LightRefusal why =
+            dl->controller.LightRefusalOf(dl->signals.device_busy(), static_cast<int>(pids.size()), now);
+        dl->light_verdicts[static_cast<int>(why)].fetch_add(1, std::memory_order_relaxed);
+        dl->tracker.SetLight(g_light && why == compute::Controller::LightRefusal::kNone, now);
       }
     }
     period = active ? kMonitorPeriodNs : kMonitorIdlePeriodNs;
@@ -453,6 +459,17 @@ void WriteTrace() {
   }
 }
 
+using Why = compute::Controller::LightRefusal;
+
+// The monitor's light-measurement verdicts of one kind, or (no kind) of every kind.
+long long Verdicts(const DeviceLimiter& dl, std::optional<Why> why = std::nullopt) {
+  long long n = 0;
+  for (int i = 0; i < compute::Controller::kLightRefusals; ++i) {
+    if (!why || static_cast<int>(*why) == i) n += dl.light_verdicts[i].load(std::memory_order_relaxed);
+  }
+  return n;
+}
+
 // At exit: the trace, and at debug level what each limiter measured over the process's life: the
 // figures to compare with an outside measurement (nvidia-smi, a throughput ratio) when a share is
 // off target.
@@ -471,7 +488,10 @@ __attribute__((destructor)) void LogSummaries() {
                        "(%lld begins), %lld measured lightly, %lld queries (%lld by polls), %lld event errors; "
                        "%lld queue waits (%.1f ms; "
                        "window %lld, work %lld, age %lld); "
-                       "%lld intervals of other processes read (%lld skipped); period %.1f ms",
+                       "%lld intervals of other processes read (%lld skipped); period %.1f ms; "
+                       "light measurement allowed at %lld of %lld samples (refused: busy %lld, debt %lld, "
+                       "mode %lld, processes %lld, no signal %lld), launches onto dry streams measured exactly "
+                       "while held after a wait %lld, beside another stream %lld",
                        d, static_cast<unsigned>(c.mode), c.target_ppm, c.measured_ppm, c.correction_ppm,
                        c.busy_total_ns / 1e6, c.throttled_total_ns / 1e6, dl->signals.container_share(),
                        dl->signals.OthersBusy(now), static_cast<long long>(t.launches), static_cast<long long>(t.marks),
@@ -482,7 +502,10 @@ __attribute__((destructor)) void LogSummaries() {
                        static_cast<long long>(t.queue_waits_window), static_cast<long long>(t.queue_waits_work),
                        static_cast<long long>(t.queue_waits_age),
                        static_cast<long long>(t.shared_read), static_cast<long long>(t.shared_skipped),
-                       dl->controller.PeriodNs(now) / 1e6);
+                       dl->controller.PeriodNs(now) / 1e6, Verdicts(*dl, Why::kNone), Verdicts(*dl),
+                       Verdicts(*dl, Why::kBusy), Verdicts(*dl, Why::kDebt), Verdicts(*dl, Why::kMode),
+                       Verdicts(*dl, Why::kProcesses), Verdicts(*dl, Why::kOff),
+                       static_cast<long long>(t.light_held), static_cast<long long>(t.light_not_alone));
   }
 }
 
