@@ -85,6 +85,16 @@ class Plan(unittest.TestCase):
         self.assertEqual(got["busy_ms"], 2957.4)
         self.assertEqual(got["period_ms"], 200.0)
         self.assertEqual(ab.summary_of("no summary"), {})
+        self.assertNotIn("light_samples", got)  # a library from before the light figures
+
+    def test_summary_with_the_light_figures(self):
+        got = ab.summary_of(H200_SUMMARY + "; light measurement allowed at 12 of 140 samples (refused: busy 90, "
+                            "debt 31, mode 0, processes 0, no signal 7), launches onto dry streams measured "
+                            "exactly while held after a wait 2051, beside another stream 17")
+        self.assertEqual(got["period_ms"], 200.0)
+        self.assertEqual((got["light_allowed"], got["light_samples"]), (12, 140))
+        self.assertEqual((got["light_refused_busy"], got["light_refused_debt"]), (90, 31))
+        self.assertEqual((got["light_held"], got["light_not_alone"]), (2051, 17))
 
 
 class Runs(unittest.TestCase):
