@@ -16,7 +16,7 @@
 //   node-wide board path  VGPU_BOARD (priorities; docs/compute.md)
 //   compute turns         VGPU_COMPUTE_TURNS (boolean, default true; docs/compute.md, "Turns")
 //   light measurement     VGPU_COMPUTE_LIGHT (boolean, default true; docs/compute.md, "Light measurement")
-//   run hold              VGPU_COMPUTE_RUN_HOLD (boolean, default true; docs/compute.md, "A run holds the turn")
+//   run hold              VGPU_COMPUTE_RUN_HOLD (boolean, default true; docs/compute.md, "Turns")
 //   compute period        VGPU_COMPUTE_PERIOD (duration 10ms..5s, or 0/off; docs/compute.md, "Slices")
 //   compute trace         VGPU_COMPUTE_TRACE (absolute file path, %p = pid; docs/compute.md, "Tracing")
 //   device UUIDs          -                                             GPU_DEVICES_UUID (comma-separated)

@@ -53,7 +53,8 @@ struct DeviceLimiter {
   std::atomic<CUcontext> ctx;               // the context owning the tracker's events
   std::atomic<int64_t> next_tick_ns{0};
   // The monitor's light-measurement verdicts, by compute::Controller::LightRefusal (index 0: light
-  // allowed), for the summary at exit; written by the monitor thread only.
+  // allowed), for the summary at exit; written by the monitor thread only (none with
+  // VGPU_COMPUTE_LIGHT=false).
   std::atomic<int64_t> light_verdicts[compute::Controller::kLightRefusals] = {};
   std::mutex mu;                            // guards re-binding and `applied`
   ComputeLimits applied;                    // guarded by mu
@@ -312,7 +313,7 @@ void* MonitorMain(void*) {
         // process: measure cheaply until a launch is told to wait or the next sample says otherwise.
         const compute::Controller::LightRefusal why =
             dl->controller.LightRefusalOf(dl->signals.device_busy(), static_cast<int>(pids.size()), now);
-        dl->light_verdicts[static_cast<int>(why)].fetch_add(1, std::memory_order_relaxed);
+        if (g_light) dl->light_verdicts[static_cast<int>(why)].fetch_add(1, std::memory_order_relaxed);
         dl->tracker.SetLight(g_light && why == compute::Controller::LightRefusal::kNone, now);
       }
     }
