@@ -14,10 +14,12 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <fstream>
 #include <future>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ledger/ledger.h"
@@ -286,6 +288,51 @@ TEST_F(ComputeTest, TraceRecordsEveryLaunchTheRestsAndTheBusyIntervals) {
   // The same clock: the GPU's intervals fall within the launches' span (and the final drain).
   EXPECT_GE(busy_first, first - 1'000'000);
   EXPECT_LE(busy_last, last + 50'000'000);
+}
+
+// The exit summary (LIBCUDA_LOG_LEVEL=4) says what became of light measurement: every sample of
+// the monitor either allowed it or names one reason it did not; none are counted with
+// VGPU_COMPUTE_LIGHT=false. A saturating loop at 30 is in debt or at its limit at nearly every
+// sample. VGPU_COMPUTE_RUN_HOLD=false is accepted and a lone container keeps its limit.
+TEST_F(ComputeTest, TheExitSummarySaysWhyLightMeasurementWasNotUsed) {
+  struct Verdicts {
+    long long allowed = -1, samples = -1, busy = -1, debt = -1, mode = -1, processes = -1, off = -1;
+  };
+  auto run = [&](const Env& extra) {
+    Env env = VgpuEnv({{"CUDA_DEVICE_SM_LIMIT", "30"}, {"LIBCUDA_LOG_LEVEL", "4"}});
+    for (const auto& [k, v] : extra) env[k] = v;
+    const RunResult r = Run({"compute_loop", "2000", std::to_string(kRunMs), "plain"}, env);
+    EXPECT_EQ(r.exit_code, 0) << Describe(r);
+    Verdicts v;
+    const size_t at = r.err.find("light measurement allowed at ");
+    EXPECT_NE(at, std::string::npos) << r.err;
+    if (at != std::string::npos) {
+      EXPECT_EQ(std::sscanf(r.err.c_str() + at,
+                            "light measurement allowed at %lld of %lld samples (refused: busy %lld, debt %lld, "
+                            "mode %lld, processes %lld, no signal %lld)",
+                            &v.allowed, &v.samples, &v.busy, &v.debt, &v.mode, &v.processes, &v.off),
+                7)
+          << r.err.substr(at);
+    }
+    const Transcript t(r);
+    const double wall = static_cast<double>(t.U64("wall_ns"));
+    const double share = wall > 0 ? 100.0 * static_cast<double>(t.U64("busy_ns")) / wall : 0;
+    std::printf("[ compute  ] light verdicts: %lld allowed of %lld (busy %lld, debt %lld, mode %lld, processes %lld, "
+                "no signal %lld); share %.1f%%\n",
+                v.allowed, v.samples, v.busy, v.debt, v.mode, v.processes, v.off, share);
+    return std::make_pair(v, share);
+  };
+  const auto [light, share] = run({});
+  EXPECT_GE(light.samples, kRunMs / 100 / 2);  // a sample every 100 ms while it runs
+  EXPECT_EQ(light.allowed + light.busy + light.debt + light.mode + light.processes + light.off, light.samples);
+  EXPECT_LT(light.allowed * 2, light.samples);  // held at its limit: mostly refused
+  EXPECT_NEAR(share, 30, kTolerance);
+
+  const auto [off, off_share] = run({{"VGPU_COMPUTE_LIGHT", "false"}});
+  EXPECT_EQ(off.samples, 0);
+  const auto [no_hold, no_hold_share] = run({{"VGPU_COMPUTE_RUN_HOLD", "false"}});
+  EXPECT_GT(no_hold.samples, 0);
+  EXPECT_NEAR(no_hold_share, 30, kTolerance);
 }
 
 }  // namespace
