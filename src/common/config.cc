@@ -548,6 +548,9 @@ std::optional<Source<CorePolicy>> ReadScalars(DialectReader& reader, Config* con
   if (auto hold = reader.ReadOne("VGPU_COMPUTE_RUN_HOLD", ParseBoolValue)) {
     config->compute_run_hold = hold->value;
   }
+  if (auto give = reader.ReadOne("VGPU_COMPUTE_GIVE_WAY", ParseBoolValue)) {
+    config->compute_give_way = give->value;
+  }
   if (auto period = reader.ReadOne("VGPU_COMPUTE_PERIOD", ParsePeriod)) {
     config->compute_period_ms = period->value;
   }
@@ -778,6 +781,7 @@ std::string Config::Describe() const {
   if (!compute_turns) AppendLine(&out, "compute turns", "off");
   if (!compute_light) AppendLine(&out, "light measurement", "off");
   if (!compute_run_hold) AppendLine(&out, "run hold", "off (a run holds the turn only while its work is claimed)");
+  if (!compute_give_way) AppendLine(&out, "give way", "off (a run does not give way to a waiter below its limit)");
   if (compute_period_ms != kDefaultComputePeriodMs) {
     AppendLine(&out, "compute period",
                compute_period_ms != 0 ? std::to_string(compute_period_ms) + " ms (runs of share x period)"

@@ -171,6 +171,9 @@ std::vector<ValidCase> ValidCases() {
       {"light measurement by default", {}, [](const Config& c) { EXPECT_TRUE(c.compute_light); }},
       {"VGPU_COMPUTE_LIGHT off", {{"VGPU_COMPUTE_LIGHT", "off"}}, [](const Config& c) { EXPECT_FALSE(c.compute_light); }},
       {"run hold by default", {}, [](const Config& c) { EXPECT_TRUE(c.compute_run_hold); }},
+      {"give way by default", {}, [](const Config& c) { EXPECT_TRUE(c.compute_give_way); }},
+      {"VGPU_COMPUTE_GIVE_WAY off", {{"VGPU_COMPUTE_GIVE_WAY", "0"}},
+       [](const Config& c) { EXPECT_FALSE(c.compute_give_way); }},
       {"VGPU_COMPUTE_RUN_HOLD off", {{"VGPU_COMPUTE_RUN_HOLD", "false"}},
        [](const Config& c) { EXPECT_FALSE(c.compute_run_hold); }},
       {"runs of 50 ms by default", {}, [](const Config& c) { EXPECT_EQ(c.compute_period_ms, 50); }},
@@ -329,6 +332,7 @@ std::vector<BadCase> BadCases() {
       {{{"VGPU_COMPUTE_TURNS", "sometimes"}}, "VGPU_COMPUTE_TURNS", "true or false"},
       {{{"VGPU_COMPUTE_LIGHT", "light"}}, "VGPU_COMPUTE_LIGHT", "true or false"},
       {{{"VGPU_COMPUTE_RUN_HOLD", "300us"}}, "VGPU_COMPUTE_RUN_HOLD", "true or false"},
+      {{{"VGPU_COMPUTE_GIVE_WAY", "sometimes"}}, "VGPU_COMPUTE_GIVE_WAY", "true or false"},
       {{{"VGPU_COMPUTE_PERIOD", "1"}}, "VGPU_COMPUTE_PERIOD", "from 10ms to 5s"},
       {{{"VGPU_COMPUTE_TRACE", "trace.txt"}}, "VGPU_COMPUTE_TRACE", "absolute file path"},
       {{{"VGPU_COMPUTE_TRACE", "/tmp/traces/"}}, "VGPU_COMPUTE_TRACE", "absolute file path"},
@@ -637,6 +641,13 @@ TEST(DescribeTest, RunHoldOffIsListed) {
   ASSERT_TRUE(result.ok()) << Messages(result.errors);
   ExpectContainsLine(result.config.Describe(), "run hold: off (a run holds the turn only while its work is claimed)");
   EXPECT_EQ(Parse({}).config.Describe().find("run hold"), std::string::npos);
+}
+
+TEST(DescribeTest, GiveWayOffIsListed) {
+  const ConfigResult result = Parse({{"VGPU_COMPUTE_GIVE_WAY", "false"}});
+  ASSERT_TRUE(result.ok()) << Messages(result.errors);
+  ExpectContainsLine(result.config.Describe(), "give way: off (a run does not give way to a waiter below its limit)");
+  EXPECT_EQ(Parse({}).config.Describe().find("give way"), std::string::npos);
 }
 
 TEST(DescribeTest, ComputePeriodIsListed) {

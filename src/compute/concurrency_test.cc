@@ -252,7 +252,10 @@ TEST(ConcurrencyTest, HostBoundTinyKernelsKeepTheirLaunchRateAndShare) {
 
 // Containers side by side at `targets`, each running `w` (seeded 7, 8, ...) in one process, on
 // a GPU whose hand-overs between contexts cost what an H200's do: each one's kernel time done.
-std::vector<double> ColocatedWork(const WorkloadSpec& w, const std::vector<int>& targets) {
+// Containers side by side, container k running workloads[k] under targets[k] (0: natively,
+// without the library); `controller`: their ControllerOptions.
+std::vector<double> ColocatedWork(const std::vector<WorkloadSpec>& workloads, const std::vector<int>& targets,
+                                  const ControllerOptions& controller = ControllerOptions()) {
   SimGpuParams gpu;
   gpu.context_switch_ns = 120 * kUs;  // the H200's hand-over cost
   Simulation sim(gpu);
@@ -260,9 +263,11 @@ std::vector<double> ColocatedWork(const WorkloadSpec& w, const std::vector<int>&
   for (size_t k = 0; k < targets.size(); ++k) {
     ContainerSpec spec;
     spec.limits = ComputeLimits::FromPercent(targets[k], 0, 1);
+    spec.use_limiter = targets[k] > 0;
+    spec.controller = controller;
     spec.tick_ns = 2 * kMs;
     containers.push_back(sim.AddContainer(spec));
-    WorkloadSpec mine = w;
+    WorkloadSpec mine = workloads[k];
     mine.seed = 7 + k;
     sim.AddThread(sim.AddProcess(containers.back()), mine);
   }
@@ -270,6 +275,10 @@ std::vector<double> ColocatedWork(const WorkloadSpec& w, const std::vector<int>&
   std::vector<double> work;
   for (int c : containers) work.push_back(static_cast<double>(sim.ContainerWorkNs(c, kWarmup, kEnd)));
   return work;
+}
+
+std::vector<double> ColocatedWork(const WorkloadSpec& w, const std::vector<int>& targets) {
+  return ColocatedWork(std::vector<WorkloadSpec>(targets.size(), w), targets);
 }
 
 // Two and three containers side by side, each against its own native throughput.
@@ -331,6 +340,39 @@ TEST(ConcurrencyTest, ColocatedSynchronisingContainersEachGetTheirShare) {
       }
     }
   }
+}
+
+// A server below its limit beside a trainer that fills its share. Turns are exclusive, and the
+// trainer's run held the turn until the work it queued (up to 20 ms) had drained: the server,
+// steps of 8 full-width 60 us kernels synchronised with 1.5 ms of host work after each (25% busy
+// alone, never throttled alone at 30), waited for the trainer's runs and got 41% of its native
+// rate beside a trainer of 2 ms kernels at 60 (40.5 with a 120 us hand-over). A waiter below its
+// limit says so on the turn, and a run that fills its share gives way to it and keeps at most
+// 1 ms queued while one waits (ControllerOptions::light_waiter_queue_ns): 55.1, the trainer
+// 57.9.
+TEST(ConcurrencyTest, AServerBelowItsLimitBesideATrainerIsNotHeldForTheTrainersRuns) {
+  WorkloadSpec server;
+  server.kernels_ns = {60 * kUs};
+  server.width = 1.0;
+  server.sync_every = 8;
+  server.think_after_sync_ns = 1500 * kUs;
+  WorkloadSpec trainer;
+  trainer.kernels_ns = {2 * kMs};
+  trainer.width = 1.0;
+  const std::vector<WorkloadSpec> pair = {server, trainer};
+  const double server_native = ColocatedWork({server}, {0})[0];
+  const double trainer_native = ColocatedWork({trainer}, {0})[0];
+  ControllerOptions off;
+  off.light_waiter_queue_ns = 0;
+  const std::vector<double> before = ColocatedWork(pair, {30, 60}, off);
+  const std::vector<double> now = ColocatedWork(pair, {30, 60});
+  const double server_before = 100.0 * before[0] / server_native, server_now = 100.0 * now[0] / server_native;
+  const double trainer_now = 100.0 * now[1] / trainer_native;
+  std::printf("[ matrix ] server at 30 beside a trainer at 60: %.1f of native (%.1f without giving way), trainer %.1f\n",
+              server_now, server_before, trainer_now);
+  EXPECT_LT(server_before, 45.0);  // the failure this guards against
+  EXPECT_GT(server_now, 50.0);
+  EXPECT_NEAR(trainer_now, 60.0, 3.0);
 }
 
 // bench/compute/host_mix.py's mixA: 3 us kernels and every fifth of 40 us, 10 us of host work per

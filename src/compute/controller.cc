@@ -10,6 +10,12 @@ namespace {
 // of a process's work, not at every launch.
 constexpr int64_t kClaimStepNs = 50'000;
 
+// GpuTurn::waiter's low bit: the waiter runs below its limit (ControllerOptions::
+// light_waiter_queue_ns). Tokens are drawn with it clear; one drawn by an older library may have
+// it set, so tokens are compared without it.
+constexpr uint64_t kLightWaiterBit = 1;
+bool SameToken(uint64_t a, uint64_t b) { return (a & ~kLightWaiterBit) == (b & ~kLightWaiterBit); }
+
 constexpr auto kRelaxed = std::memory_order_relaxed;
 
 int32_t ClampPpm(double ppm) {
@@ -102,8 +108,12 @@ int64_t Controller::RunDelayNs(int64_t now, int64_t debt) {
   if (now < end) {
     const int64_t ceiling = 8 * PeriodNs(now) * (kFullShare - rate) / kFullShare + options_.admit_ahead_ns;
     if (debt <= ceiling) {
-      // Another container waiting for the turn through this run.
-      if (TakesTurns() && state_->run_contended.load(kRelaxed) == 0 && WaiterSeen(now)) {
+      const int64_t light = LightWaiterDelayNs(now);
+      if (light > 0) return light;
+      // Another container waiting for the turn through this run (not one below its limit, which
+      // this run gives way to; and a run below its own limit is not charged its wall time).
+      if (TakesTurns() && state_->run_contended.load(kRelaxed) == 0 && WaiterSeen(now) && !LightWaiterSeen(now) &&
+          !BelowLimit(now)) {
         state_->run_contended.store(1, kRelaxed);
       }
       // Another container's claimed work still in flight (a neighbour whose run overlaps this
@@ -212,7 +222,8 @@ uint64_t Controller::TurnToken(int64_t now) {
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
     z ^= z >> 31;
-    token = z != 0 ? z : 1;
+    z &= ~kLightWaiterBit;  // the bit marks a waiter below its limit on GpuTurn::waiter
+    token = z != 0 ? z : 2;
     uint64_t expected = 0;
     if (!state_->turn_token.compare_exchange_strong(expected, token, kRelaxed, kRelaxed)) token = expected;
   }
@@ -259,8 +270,10 @@ int64_t Controller::TurnDelayNs(int64_t now) {
                                      : options_.max_turn_wait_ns;
   const int64_t left = std::min(max_wait - (now - since), options_.max_turn_waits * max_wait - (now - first));
   if (left <= 0) return 0;  // waited long enough: go (the wait restarts at the next burst)
-  // Say so on the turn: a holder whose run ends lets a fresh waiter go first (YieldNs).
-  if (turn_->waiter.load(kRelaxed) != token) turn_->waiter.store(token, kRelaxed);
+  // Say so on the turn: a holder whose run ends lets a fresh waiter go first (YieldNs), and a
+  // holder in a run keeps its queue short for a waiter below its limit (LightWaiterSeen).
+  const uint64_t mark = (token & ~kLightWaiterBit) | (BelowLimit(now) ? kLightWaiterBit : 0);
+  if (turn_->waiter.load(kRelaxed) != mark) turn_->waiter.store(mark, kRelaxed);
   turn_->waiter_seen_ns.store(now, kRelaxed);
   return std::min({until - now, left, std::max<int64_t>(options_.turn_poll_ns, 1)});
 }
@@ -277,7 +290,47 @@ bool Controller::WaiterSeen(int64_t now) {
   const uint64_t waiter = turn_->waiter.load(kRelaxed);
   const int64_t poll = std::max<int64_t>(options_.turn_poll_ns, 1);
   const int64_t seen = turn_->waiter_seen_ns.load(kRelaxed);
-  return waiter != 0 && waiter != TurnToken(now) && now - seen <= 2 * poll && seen <= now + poll;
+  return waiter != 0 && !SameToken(waiter, TurnToken(now)) && now - seen <= 2 * poll && seen <= now + poll;
+}
+
+bool Controller::LightWaiterSeen(int64_t now) {
+  return options_.light_waiter_queue_ns > 0 && (turn_->waiter.load(kRelaxed) & kLightWaiterBit) != 0 &&
+         WaiterSeen(now);
+}
+
+// Only a run that fills its share gives way: two containers below their limits take turns as
+// before.
+bool Controller::GivesWay(int64_t now) {
+  return TakesTurns() && options_.light_waiter_queue_ns > 0 && !BelowLimit(now) && LightWaiterSeen(now);
+}
+
+// Within a run that fills its share: a neighbour below its limit that waits for the turn goes
+// first (the run stops launching until the waiter has taken the turn, once its claimed work is
+// done), and for turn_recent_ns after one was seen the run keeps at most light_waiter_queue_ns of
+// work claimed ahead, so the next wait lasts about a kernel. A waiter that has not taken the turn
+// two polls after this process's claimed work ended is not waited for again in this run (a stale
+// or forged one costs at most that).
+int64_t Controller::LightWaiterDelayNs(int64_t now) {
+  if (!TakesTurns() || options_.light_waiter_queue_ns <= 0 || BelowLimit(now)) return 0;
+  const int64_t poll = std::max<int64_t>(options_.turn_poll_ns, 1);
+  const int64_t claimed = claimed_until_.load(kRelaxed);
+  const int64_t run = state_->run_start_ns.load(kRelaxed);
+  if (GivesWay(now)) {
+    light_waiter_ns_.store(now, kRelaxed);
+    if (light_waiter_ignored_run_.load(kRelaxed) != run) {
+      if (now <= claimed + 2 * poll) return std::min(std::max(claimed - now, int64_t{0}) + poll / 4, poll);
+      light_waiter_ignored_run_.store(run, kRelaxed);  // it did not take the turn: go on
+    }
+  }
+  const int64_t seen = light_waiter_ns_.load(kRelaxed);
+  if (seen == 0 || now - seen >= options_.turn_recent_ns) return 0;
+  const int64_t ahead = claimed - now;
+  return ahead > options_.light_waiter_queue_ns ? std::min(ahead - options_.light_waiter_queue_ns, poll) : 0;
+}
+
+bool Controller::BelowLimit(int64_t now) const {
+  const int64_t credit = now - state_->vclock_ns.load(kRelaxed);
+  return options_.light_waiter_queue_ns > 0 && credit >= CreditNs(CurrentRatePpm()) / 2;
 }
 
 int64_t Controller::YieldNs(int64_t now) {
@@ -321,8 +374,10 @@ void Controller::ClaimTurn(int64_t busy_ns, int64_t now) {
   const int64_t publish = std::max(until, RunHoldUntil(now));
   if (!mine) {
     turn_->holder.store(token, kRelaxed);
-    uint64_t waiter = token;  // it waited for the turn and has it now
-    turn_->waiter.compare_exchange_strong(waiter, 0, kRelaxed, kRelaxed);
+    uint64_t waiter = turn_->waiter.load(kRelaxed);  // it waited for the turn and has it now
+    if (waiter != 0 && SameToken(waiter, token)) {
+      turn_->waiter.compare_exchange_strong(waiter, 0, kRelaxed, kRelaxed);
+    }
   }
   if (!mine || publish - published >= kClaimStepNs) {
     turn_->until_ns.store(publish, kRelaxed);
@@ -331,9 +386,11 @@ void Controller::ClaimTurn(int64_t busy_ns, int64_t now) {
   ResetTurnWait();
 }
 
-int64_t Controller::RunHoldUntil(int64_t now) const {
+int64_t Controller::RunHoldUntil(int64_t now) {
   const int64_t end = state_->run_end_ns.load(kRelaxed);
   if (options_.run_hold_ns <= 0 || !Running() || now >= end) return 0;
+  // A waiter below its limit: no hold, so that it gets the GPU once the claimed work is done.
+  if (GivesWay(now)) return 0;
   // A run another container waits through is charged whole (charge_held_runs): it holds the
   // turn whole, its host gaps included.
   if (options_.charge_held_runs && state_->run_contended.load(kRelaxed) != 0) return end;

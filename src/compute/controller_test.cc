@@ -733,6 +733,51 @@ TEST(ControllerTurnTest, AHolderLetsAWaitingContainerGoBeforeItsNextRun) {
   EXPECT_EQ(p.turn.waiter.load(), p.state_b.turn_token.load());
 }
 
+// A waiter below its limit (it banked at least half its credit: a server between requests) says
+// so on the turn; a run that fills its share then stops launching until the waiter has had the
+// turn (no hold past its claimed work, and the run is not contended), and afterwards keeps at most
+// light_waiter_queue_ns of work claimed ahead. A saturating waiter sets no mark.
+TEST(ControllerTurnTest, ARunGivesWayToAWaiterBelowItsLimit) {
+  ControllerOptions options;  // runs of 50 ms: 30 ms at 60 (b)
+  TurnPair p(options);
+  int64_t t = kStart + 100 * kMs;  // the runs the constructor opened are over
+  p.state_a.vclock_ns.store(t - 300 * kMs);  // a banked 300 ms (at most 333 at 30)
+  p.state_b.vclock_ns.store(t);               // b banked nothing
+  ASSERT_EQ(p.b.AdmitDelayNs(t), 0);  // b's run opens
+  p.b.ClaimTurn(10 * kMs, t);         // and queues 10 ms of work
+  EXPECT_GT(p.a.AdmitDelayNs(t + 1 * kMs), 0);  // a waits for it, and says it is below its limit
+  const uint64_t token_a = p.state_a.turn_token.load();
+  EXPECT_EQ(token_a & 1, 0u);  // tokens are drawn with the mark's bit clear
+  EXPECT_EQ(p.turn.waiter.load(), token_a | 1);
+  const int64_t wait = p.b.AdmitDelayNs(t + 1 * kMs + 10 * kUs);  // b gives way
+  EXPECT_GT(wait, 0);
+  EXPECT_LE(wait, options.turn_poll_ns);
+  p.b.ReleaseTurn(t + 1 * kMs + 10 * kUs, /*idle=*/false);  // told to wait: no hold past its claim
+  EXPECT_EQ(p.turn.until_ns.load(), t + 10 * kMs);
+  EXPECT_EQ(p.a.AdmitDelayNs(t + 10 * kMs), 0);  // a goes once b's queue is done
+  p.a.ClaimTurn(500 * kUs, t + 10 * kMs);
+  EXPECT_EQ(p.turn.waiter.load(), 0u);
+  EXPECT_GT(p.b.AdmitDelayNs(t + 10'100 * kUs), 0);  // b waits for a's step
+  EXPECT_EQ(p.state_b.run_contended.load(), 0u);    // and will not be charged a's time
+  // a's step and its run's hold (run_hold_ns) are over at t + 10.8 ms
+  EXPECT_EQ(p.b.AdmitDelayNs(t + 10'800 * kUs), 0);
+  p.b.ClaimTurn(2 * kMs, t + 10'800 * kUs);
+  // a waited lately: b keeps at most light_waiter_queue_ns (1 ms) claimed ahead
+  EXPECT_EQ(p.b.AdmitDelayNs(t + 10'900 * kUs), options.turn_poll_ns);
+  EXPECT_EQ(p.b.AdmitDelayNs(t + 11'800 * kUs), 0);
+
+  // A waiter that banked nothing sets no mark, and the run does not give way.
+  TurnPair q(options);
+  q.state_a.vclock_ns.store(t);
+  q.state_b.vclock_ns.store(t);
+  ASSERT_EQ(q.b.AdmitDelayNs(t), 0);
+  q.b.ClaimTurn(10 * kMs, t);
+  EXPECT_GT(q.a.AdmitDelayNs(t + 1 * kMs), 0);
+  EXPECT_EQ(q.turn.waiter.load(), q.state_a.turn_token.load());
+  EXPECT_EQ(q.b.AdmitDelayNs(t + 1 * kMs + 10 * kUs), 0);
+  EXPECT_EQ(q.state_b.run_contended.load(), 1u);
+}
+
 // With runs: a synchronisation inside a run drains the holder's work for a moment; the turn stays
 // its own for run_hold_ns past its claimed work (a Tick that finds it idle keeps the hold), and
 // no longer than the run. A launch told to wait with work in flight gives the hold back.
