@@ -123,7 +123,8 @@ def git_describe(root=ROOT):
 
 def summary_of(stderr):
     """The limiter's summary at exit (LIBCUDA_LOG_LEVEL=4), device 0's last line: what it says of
-    launches, marks, event queries, queue waits, its measured share, busy time and period, and of
+    launches, marks, event queries, queue waits, its measured share, busy and throttled time and
+    period, and of
     light measurement (the monitor's samples that allowed it, those refused for the GPU's busy
     share or a debt, and launches onto dry streams measured exactly after a wait or beside another
     stream)."""
@@ -137,6 +138,7 @@ def summary_of(stderr):
                          ("queries", r"(\d+) queries"),
                          ("queue_waits", r"(\d+) queue waits"), ("measured_ppm", r"measured (\d+) ppm"),
                          ("busy_ms", r"busy ([\d.]+) ms"), ("period_ms", r"period ([\d.]+) ms"),
+                         ("throttled_ms", r"throttled ([\d.]+) ms"),
                          ("light_allowed", r"light measurement allowed at (\d+) of"),
                          ("light_samples", r"light measurement allowed at \d+ of (\d+) samples"),
                          ("light_refused_busy", r"refused: busy (\d+)"), ("light_refused_debt", r", debt (\d+)"),

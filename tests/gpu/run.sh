@@ -24,7 +24,9 @@
 #              (~10 s); the limited launch path's rate against native, 1 and 16 streams (~20 s);
 #              light measurement: a launcher slower than its kernels well below its limit keeps
 #              its native rate (~15 s); launchers slower than their kernels, with expensive ones among cheap ones, held
-#              within their share at a limit of 60 (bench/compute/host_mix.py, ~20 s)
+#              within their share at a limit of 60 (bench/compute/host_mix.py, ~20 s); a server
+#              below its limit beside a trainer, with and without give way
+#              (bench/compute/server_trainer.py, ~60 s)
 #   matrix     the compute limit's concurrency matrix: streams, host threads, processes, graphs,
 #              a server's steps, cuBLAS, training (PyTorch; JAX when installed), serving when serve.py exists,
 #              co-located 30+60 and 3 x 30 (bench/compute_matrix.py, ~14 min with serving: more
@@ -390,6 +392,31 @@ PY
       [ "$mixes" -gt 0 ] || row "compute host-bound mixes at 60" FAIL "no limited run in $H/host-mix.json"
     else
       row "compute host-bound mixes at 60" FAIL "bench/compute/host_mix.py failed; see $LOG"
+    fi
+    # A server below its limit beside a trainer that fills its share (docs/compute.md, "Turns",
+    # "Give way"): server at 30, trainer at 60, separate containers started together, with
+    # VGPU_COMPUTE_GIVE_WAY true and false alternating over two rounds. The trainer keeps its limit
+    # (+-3) and the server does more of its native rate with give way than without (simulated:
+    # 55.1 against 40.5, the trainer 57.9).
+    S="$DETAIL/compute/server-trainer"
+    name="compute server at 30 beside a trainer at 60: give way"
+    if python3 "$ROOT/bench/compute/server_trainer.py" --library "$LIB" --binary "$G/concurrency" --rounds 2 \
+      --warmup 1 --seconds 3 --out "$S" >>"$LOG" 2>&1; then
+      read -r verdict detail < <(python3 - "$S/server-trainer.json" <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1]))["mean"]
+on, off, nat = m.get("give-way-on", {}), m.get("give-way-off", {}), m.get("together", {})
+f = lambda v: "?" if v is None else f"{v:.1f}"
+ok = (on.get("trainer") is not None and abs(on["trainer"] - 60) <= 3 and on.get("server") is not None
+      and off.get("server") is not None and on["server"] > off["server"])
+print("PASS" if ok else "FAIL", f"server {f(on.get('server'))} of native with give way, {f(off.get('server'))} "
+      f"without; trainer {f(on.get('trainer'))} / {f(off.get('trainer'))} (60 +-3 with give way); "
+      f"natively together {f(nat.get('server'))} / {f(nat.get('trainer'))}")
+PY
+      )
+      row "$name" "$verdict" "$detail"
+    else
+      row "$name" FAIL "bench/compute/server_trainer.py failed; see $LOG"
     fi
   else
     row "compute period: bench/compute/concurrency.cu" FAIL "nvcc failed; see $LOG"
