@@ -622,32 +622,29 @@ TEST(DescribeTest, FullConfiguration) {
   EXPECT_EQ(text.back(), '\n');
 }
 
-TEST(DescribeTest, TurnsOffIsListed) {
-  const ConfigResult result = Parse({{"VGPU_COMPUTE_TURNS", "0"}});
-  ASSERT_TRUE(result.ok()) << Messages(result.errors);
-  ExpectContainsLine(result.config.Describe(), "compute turns: off");
-  EXPECT_EQ(Parse({}).config.Describe().find("compute turns"), std::string::npos);
-}
-
-TEST(DescribeTest, LightMeasurementOffIsListed) {
-  const ConfigResult result = Parse({{"VGPU_COMPUTE_LIGHT", "false"}});
-  ASSERT_TRUE(result.ok()) << Messages(result.errors);
-  ExpectContainsLine(result.config.Describe(), "light measurement: off");
-  EXPECT_EQ(Parse({}).config.Describe().find("light measurement"), std::string::npos);
-}
-
-TEST(DescribeTest, RunHoldOffIsListed) {
-  const ConfigResult result = Parse({{"VGPU_COMPUTE_RUN_HOLD", "off"}});
-  ASSERT_TRUE(result.ok()) << Messages(result.errors);
-  ExpectContainsLine(result.config.Describe(), "run hold: off (a run holds the turn only while its work is claimed)");
-  EXPECT_EQ(Parse({}).config.Describe().find("run hold"), std::string::npos);
-}
-
-TEST(DescribeTest, GiveWayOffIsListed) {
-  const ConfigResult result = Parse({{"VGPU_COMPUTE_GIVE_WAY", "false"}});
-  ASSERT_TRUE(result.ok()) << Messages(result.errors);
-  ExpectContainsLine(result.config.Describe(), "give way: off (a run does not give way to a waiter below its limit)");
-  EXPECT_EQ(Parse({}).config.Describe().find("give way"), std::string::npos);
+// The compute switches are listed only when turned off: the variable, a value that turns it off,
+// the line Describe() then shows, and the line's label (absent by default).
+TEST(DescribeTest, ComputeSwitchesOffAreListed) {
+  struct Switch {
+    const char* variable;
+    const char* value;
+    const char* line;
+    const char* label;
+  };
+  for (const Switch& s : {
+           Switch{"VGPU_COMPUTE_TURNS", "0", "compute turns: off", "compute turns"},
+           Switch{"VGPU_COMPUTE_LIGHT", "false", "light measurement: off", "light measurement"},
+           Switch{"VGPU_COMPUTE_RUN_HOLD", "off", "run hold: off (a run holds the turn only while its work is claimed)",
+                  "run hold"},
+           Switch{"VGPU_COMPUTE_GIVE_WAY", "false",
+                  "give way: off (a run does not give way to a waiter below its limit)", "give way"},
+       }) {
+    SCOPED_TRACE(s.variable);
+    const ConfigResult result = Parse({{s.variable, s.value}});
+    ASSERT_TRUE(result.ok()) << Messages(result.errors);
+    ExpectContainsLine(result.config.Describe(), s.line);
+    EXPECT_EQ(Parse({}).config.Describe().find(s.label), std::string::npos);
+  }
 }
 
 TEST(DescribeTest, ComputePeriodIsListed) {
