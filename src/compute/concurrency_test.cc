@@ -250,10 +250,9 @@ TEST(ConcurrencyTest, HostBoundTinyKernelsKeepTheirLaunchRateAndShare) {
   }
 }
 
-// Containers side by side at `targets`, each running `w` (seeded 7, 8, ...) in one process, on
-// a GPU whose hand-overs between contexts cost what an H200's do: each one's kernel time done.
-// Containers side by side, container k running workloads[k] under targets[k] (0: natively,
-// without the library); `controller`: their ControllerOptions.
+// Containers side by side, container k running workloads[k] (seeded 7, 8, ...) in one process
+// under targets[k] (0: natively, without the library) with `controller` as its options, on a GPU
+// whose hand-overs between contexts cost what an H200's do: each one's kernel time done.
 std::vector<double> ColocatedWork(const std::vector<WorkloadSpec>& workloads, const std::vector<int>& targets,
                                   const ControllerOptions& controller = ControllerOptions()) {
   SimGpuParams gpu;
@@ -277,6 +276,7 @@ std::vector<double> ColocatedWork(const std::vector<WorkloadSpec>& workloads, co
   return work;
 }
 
+// The same, every container running `w`.
 std::vector<double> ColocatedWork(const WorkloadSpec& w, const std::vector<int>& targets) {
   return ColocatedWork(std::vector<WorkloadSpec>(targets.size(), w), targets);
 }
