@@ -171,9 +171,9 @@ std::vector<ValidCase> ValidCases() {
       {"light measurement by default", {}, [](const Config& c) { EXPECT_TRUE(c.compute_light); }},
       {"VGPU_COMPUTE_LIGHT off", {{"VGPU_COMPUTE_LIGHT", "off"}}, [](const Config& c) { EXPECT_FALSE(c.compute_light); }},
       {"run hold by default", {}, [](const Config& c) { EXPECT_TRUE(c.compute_run_hold); }},
-      {"give way by default", {}, [](const Config& c) { EXPECT_TRUE(c.compute_give_way); }},
-      {"VGPU_COMPUTE_GIVE_WAY off", {{"VGPU_COMPUTE_GIVE_WAY", "0"}},
-       [](const Config& c) { EXPECT_FALSE(c.compute_give_way); }},
+      {"no give way by default", {}, [](const Config& c) { EXPECT_FALSE(c.compute_give_way); }},
+      {"VGPU_COMPUTE_GIVE_WAY on", {{"VGPU_COMPUTE_GIVE_WAY", "1"}},
+       [](const Config& c) { EXPECT_TRUE(c.compute_give_way); }},
       {"VGPU_COMPUTE_RUN_HOLD off", {{"VGPU_COMPUTE_RUN_HOLD", "false"}},
        [](const Config& c) { EXPECT_FALSE(c.compute_run_hold); }},
       {"runs of 50 ms by default", {}, [](const Config& c) { EXPECT_EQ(c.compute_period_ms, 50); }},
@@ -622,9 +622,9 @@ TEST(DescribeTest, FullConfiguration) {
   EXPECT_EQ(text.back(), '\n');
 }
 
-// The compute switches are listed only when turned off: the variable, a value that turns it off,
-// the line Describe() then shows, and the line's label (absent by default).
-TEST(DescribeTest, ComputeSwitchesOffAreListed) {
+// The compute switches are listed only when not at their defaults: the variable, a value that
+// changes it, the line Describe() then shows, and the line's label (absent by default).
+TEST(DescribeTest, ComputeSwitchesOffTheirDefaultsAreListed) {
   struct Switch {
     const char* variable;
     const char* value;
@@ -636,8 +636,8 @@ TEST(DescribeTest, ComputeSwitchesOffAreListed) {
            Switch{"VGPU_COMPUTE_LIGHT", "false", "light measurement: off", "light measurement"},
            Switch{"VGPU_COMPUTE_RUN_HOLD", "off", "run hold: off (a run holds the turn only while its work is claimed)",
                   "run hold"},
-           Switch{"VGPU_COMPUTE_GIVE_WAY", "false",
-                  "give way: off (a run does not give way to a waiter below its limit)", "give way"},
+           Switch{"VGPU_COMPUTE_GIVE_WAY", "true", "give way: on (a run gives way to a waiter below its limit)",
+                  "give way"},
        }) {
     SCOPED_TRACE(s.variable);
     const ConfigResult result = Parse({{s.variable, s.value}});

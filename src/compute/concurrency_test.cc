@@ -348,8 +348,8 @@ TEST(ConcurrencyTest, ColocatedSynchronisingContainersEachGetTheirShare) {
 // alone, never throttled alone at 30), waited for the trainer's runs and got 41% of its native
 // rate beside a trainer of 2 ms kernels at 60 (40.5 with a 120 us hand-over). A waiter below its
 // limit says so on the turn, and a run that fills its share gives way to it and keeps at most
-// 1 ms queued while one waits (ControllerOptions::light_waiter_queue_ns): 55.1, the trainer
-// 57.9.
+// 1 ms queued while one waits (ControllerOptions::light_waiter_queue_ns, off by default): 55.1,
+// the trainer 57.9.
 TEST(ConcurrencyTest, AServerBelowItsLimitBesideATrainerIsNotHeldForTheTrainersRuns) {
   WorkloadSpec server;
   server.kernels_ns = {60 * kUs};
@@ -362,10 +362,10 @@ TEST(ConcurrencyTest, AServerBelowItsLimitBesideATrainerIsNotHeldForTheTrainersR
   const std::vector<WorkloadSpec> pair = {server, trainer};
   const double server_native = ColocatedWork({server}, {0})[0];
   const double trainer_native = ColocatedWork({trainer}, {0})[0];
-  ControllerOptions off;
-  off.light_waiter_queue_ns = 0;
-  const std::vector<double> before = ColocatedWork(pair, {30, 60}, off);
-  const std::vector<double> now = ColocatedWork(pair, {30, 60});
+  ControllerOptions on;
+  on.light_waiter_queue_ns = ControllerOptions::kGiveWayQueueNs;
+  const std::vector<double> before = ColocatedWork(pair, {30, 60});
+  const std::vector<double> now = ColocatedWork(pair, {30, 60}, on);
   const double server_before = 100.0 * before[0] / server_native, server_now = 100.0 * now[0] / server_native;
   const double trainer_now = 100.0 * now[1] / trainer_native;
   std::printf("[ matrix ] server at 30 beside a trainer at 60: %.1f of native (%.1f without giving way), trainer %.1f\n",

@@ -163,11 +163,16 @@ struct ControllerOptions {
   // GpuTurn::waiter, LightWaiter()). A run that sees such a waiter neither holds the turn past its
   // claimed work nor counts as contended for it, and admits launches only while its claimed work
   // ends within this long, so the waiter gets the GPU after about one of its kernels rather than
-  // at the run's end. Without it a server of steps 25% busy alone at 30, beside a trainer at 60,
-  // got 41% of its native rate in the simulation (the trainer's run held the turn, and its queue
-  // reached 20 ms); with it 80, the trainer keeping its 60. A saturating neighbour banks nothing
-  // and never sets the bit: the hold and held runs' charge apply to it as before. 0: off.
-  int64_t light_waiter_queue_ns = 1'000'000;
+  // at the run's end. Without it a server of steps 25% busy alone at 30, beside a trainer of 2 ms
+  // kernels at 60, got 40.5% of its native rate in the simulation (the trainer's run held the
+  // turn, and its queue reached 20 ms); with it 55.1, the trainer 57.9. A saturating neighbour
+  // banks nothing and never sets the bit: the hold and held runs' charge apply to it as before.
+  // 0 (the default): off. Not on by default because a trainer of concurrent streams loses most of
+  // its share to it (16 streams of 50 us kernels at 60 beside that server: 22.6 of its native
+  // rate instead of 58.0, its claimed work being the sum of its streams'); kGiveWayQueueNs turns
+  // it on (VGPU_COMPUTE_GIVE_WAY=true).
+  int64_t light_waiter_queue_ns = 0;
+  static constexpr int64_t kGiveWayQueueNs = 1'000'000;
   // With runs, a container about to open a run while another container waits for the turn
   // (GpuTurn::waiter) lets it go first, for at most this long in all (a waiter that never takes
   // the turn, or a forged one, costs no more). 0: never.

@@ -739,6 +739,7 @@ TEST(ControllerTurnTest, AHolderLetsAWaitingContainerGoBeforeItsNextRun) {
 // light_waiter_queue_ns of work claimed ahead. A saturating waiter sets no mark.
 TEST(ControllerTurnTest, ARunGivesWayToAWaiterBelowItsLimit) {
   ControllerOptions options;  // runs of 50 ms: 30 ms at 60 (b)
+  options.light_waiter_queue_ns = ControllerOptions::kGiveWayQueueNs;
   TurnPair p(options);
   int64_t t = kStart + 100 * kMs;  // the runs the constructor opened are over
   p.state_a.vclock_ns.store(t - 300 * kMs);  // a banked 300 ms (at most 333 at 30)

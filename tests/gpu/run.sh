@@ -394,10 +394,10 @@ PY
       row "compute host-bound mixes at 60" FAIL "bench/compute/host_mix.py failed; see $LOG"
     fi
     # A server below its limit beside a trainer that fills its share (docs/compute.md, "Turns",
-    # "Give way"): server at 30, trainer at 60, separate containers started together, with
-    # VGPU_COMPUTE_GIVE_WAY true and false alternating over two rounds. The trainer keeps its limit
-    # (+-3) and the server does more of its native rate with give way than without (simulated:
-    # 55.1 against 40.5, the trainer 57.9).
+    # "Give way", off by default): server at 30, trainer at 60, separate containers started
+    # together, with VGPU_COMPUTE_GIVE_WAY true and false alternating over two rounds. PASS: with
+    # give way the trainer keeps its limit (+-3) and the server does more of its native rate than
+    # without (simulated: 55.1 against 40.5, the trainer 57.9).
     S="$DETAIL/compute/server-trainer"
     name="compute server at 30 beside a trainer at 60: give way"
     if python3 "$ROOT/bench/compute/server_trainer.py" --library "$LIB" --binary "$G/concurrency" --rounds 2 \
