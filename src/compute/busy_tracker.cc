@@ -6,6 +6,8 @@
 #include <cmath>
 #include <limits>
 
+#include "compute/splitmix.h"
+
 namespace vgpu::compute {
 
 void PollResult::Add(const PollResult& other) {
@@ -21,11 +23,7 @@ namespace {
 // (processes of one container have distinct pids; a collision only means that two processes
 // do not subtract each other's intervals).
 uint64_t RingToken(const void* self) {
-  uint64_t z = (static_cast<uint64_t>(getpid()) << 32) ^ reinterpret_cast<uintptr_t>(self);
-  z += 0x9e3779b97f4a7c15ULL;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  z ^= z >> 31;
+  const uint64_t z = SplitMix64((static_cast<uint64_t>(getpid()) << 32) ^ reinterpret_cast<uintptr_t>(self));
   return z != 0 ? z : 1;
 }
 

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "compute/splitmix.h"
+
 namespace vgpu::compute {
 namespace {
 
@@ -216,12 +218,8 @@ uint64_t Controller::TurnToken(int64_t now) {
     // splitmix64 of the time, this object's address and a counter. A collision (two containers
     // with the same token) only means those two do not wait for each other.
     static std::atomic<uint64_t> drawn{0};
-    uint64_t z = static_cast<uint64_t>(now) ^ (reinterpret_cast<uintptr_t>(this) << 20) ^
-                 (drawn.fetch_add(1, kRelaxed) << 48);
-    z += 0x9e3779b97f4a7c15ULL;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    z ^= z >> 31;
+    uint64_t z = SplitMix64(static_cast<uint64_t>(now) ^ (reinterpret_cast<uintptr_t>(this) << 20) ^
+                            (drawn.fetch_add(1, kRelaxed) << 48));
     z &= ~kLightWaiterBit;  // the bit marks a waiter below its limit on GpuTurn::waiter
     token = z != 0 ? z : 2;
     uint64_t expected = 0;

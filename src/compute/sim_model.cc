@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "compute/splitmix.h"
+
 namespace vgpu::compute::sim {
 
 SimGpu::SimGpu(const SimGpuParams& params) : params_(params) { jitter_state_ = params.jitter_seed; }
@@ -29,10 +31,8 @@ void SimGpu::Push(int stream, Command command) {
 int64_t SimGpu::VisibleNs(int64_t host_ns) {
   int64_t latency = params_.submit_latency_ns;
   if (params_.submit_jitter_ns > 0) {
-    uint64_t z = (jitter_state_ += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    z ^= z >> 31;
+    const uint64_t z = SplitMix64(jitter_state_);
+    jitter_state_ += kSplitMixGamma;
     latency += static_cast<int64_t>(z % static_cast<uint64_t>(params_.submit_jitter_ns));
   }
   return std::max(host_ns + latency, now_);
