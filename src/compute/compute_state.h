@@ -94,8 +94,9 @@ struct alignas(64) ComputeShareState {
   // the processes run together and rest together.
   std::atomic<int64_t> run_end_ns;           // 128 any (CAS; store 0 to end it early)
   // The current run's start (0 = none, or its end already settled), the estimates its processes
-  // claimed during it, and whether another container waited for the turn during it: a run another container waited through is charged the wall time it held the
-  // GPU (ControllerOptions::charge_held_runs).
+  // claimed during it, and whether another container waited for the turn during it: a run
+  // another container waited through is charged the wall time it held the GPU
+  // (ControllerOptions::charge_held_runs).
   std::atomic<int64_t> run_start_ns;         // 136 opener (store); CAS to 0 by the process that settles it
   std::atomic<int64_t> run_claimed_ns;       // 144 any (add)
   std::atomic<uint32_t> run_contended;       // 152 any (store 1)

@@ -313,7 +313,7 @@ int64_t Controller::LightWaiterDelayNs(int64_t now) {
   const int64_t poll = std::max<int64_t>(options_.turn_poll_ns, 1);
   const int64_t claimed = claimed_until_.load(kRelaxed);
   const int64_t run = state_->run_start_ns.load(kRelaxed);
-  if (GivesWay(now)) {
+  if (LightWaiterSeen(now)) {  // GivesWay: the other conditions hold
     light_waiter_ns_.store(now, kRelaxed);
     if (light_waiter_ignored_run_.load(kRelaxed) != run) {
       if (now <= claimed + 2 * poll) return std::min(std::max(claimed - now, int64_t{0}) + poll / 4, poll);

@@ -160,7 +160,7 @@ struct ControllerOptions {
   bool charge_held_runs = true;
   // A container that waits for the turn while it banked at least half of its maximum credit (it
   // runs below its limit: a server between requests) says so on the turn (the low bit of
-  // GpuTurn::waiter, LightWaiter()). A run that sees such a waiter neither holds the turn past its
+  // GpuTurn::waiter, LightWaiterSeen()). A run that sees such a waiter neither holds the turn past its
   // claimed work nor counts as contended for it, and admits launches only while its claimed work
   // ends within this long, so the waiter gets the GPU after about one of its kernels rather than
   // at the run's end. Without it a server of steps 25% busy alone at 30, beside a trainer of 2 ms

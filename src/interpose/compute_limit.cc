@@ -8,7 +8,6 @@
 #include <memory>
 #include <mutex>
 #include <new>
-#include <optional>
 #include <vector>
 
 #include "common/log.h"
@@ -465,12 +464,13 @@ void WriteTrace() {
 
 using Why = compute::Controller::LightRefusal;
 
-// The monitor's light-measurement verdicts of one kind, or (no kind) of every kind.
-long long Verdicts(const DeviceLimiter& dl, std::optional<Why> why = std::nullopt) {
+// The monitor's light-measurement verdicts of one kind, and of every kind.
+long long Verdicts(const DeviceLimiter& dl, Why why) {
+  return dl.light_verdicts[static_cast<int>(why)].load(std::memory_order_relaxed);
+}
+long long AllVerdicts(const DeviceLimiter& dl) {
   long long n = 0;
-  for (int i = 0; i < compute::Controller::kLightRefusals; ++i) {
-    if (!why || static_cast<int>(*why) == i) n += dl.light_verdicts[i].load(std::memory_order_relaxed);
-  }
+  for (const auto& v : dl.light_verdicts) n += v.load(std::memory_order_relaxed);
   return n;
 }
 
@@ -506,7 +506,7 @@ __attribute__((destructor)) void LogSummaries() {
                        static_cast<long long>(t.queue_waits_window), static_cast<long long>(t.queue_waits_work),
                        static_cast<long long>(t.queue_waits_age),
                        static_cast<long long>(t.shared_read), static_cast<long long>(t.shared_skipped),
-                       dl->controller.PeriodNs(now) / 1e6, Verdicts(*dl, Why::kNone), Verdicts(*dl),
+                       dl->controller.PeriodNs(now) / 1e6, Verdicts(*dl, Why::kNone), AllVerdicts(*dl),
                        Verdicts(*dl, Why::kBusy), Verdicts(*dl, Why::kDebt), Verdicts(*dl, Why::kMode),
                        Verdicts(*dl, Why::kProcesses), Verdicts(*dl, Why::kOff),
                        static_cast<long long>(t.light_held), static_cast<long long>(t.light_not_alone));
