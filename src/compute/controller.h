@@ -168,9 +168,10 @@ struct ControllerOptions {
   // turn, and its queue reached 20 ms); with it 55.1, the trainer 57.9. A saturating neighbour
   // banks nothing and never sets the bit: the hold and held runs' charge apply to it as before.
   // 0 (the default): off. Not on by default because a trainer of concurrent streams loses most of
-  // its share to it (16 streams of 50 us kernels at 60 beside that server: 22.6 of its native
-  // rate instead of 58.0, its claimed work being the sum of its streams'); kGiveWayQueueNs turns
-  // it on (VGPU_COMPUTE_GIVE_WAY=true).
+  // its throughput to it (16 streams of 50 us kernels at 60 beside that server: 22.6 of its native
+  // rate instead of 58.0, though it still kept the GPU busy 59% of the time: at every step of the
+  // server its queues drain with fewer kernels running at once, and the bound keeps them short);
+  // kGiveWayQueueNs turns it on (VGPU_COMPUTE_GIVE_WAY=true).
   int64_t light_waiter_queue_ns = 0;
   static constexpr int64_t kGiveWayQueueNs = 1'000'000;
   // With runs, a container about to open a run while another container waits for the turn
