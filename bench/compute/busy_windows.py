@@ -1,0 +1,146 @@
+#!/usr/bin/env python3
+"""How busy a limited process kept the GPU window by window, from its VGPU_COMPUTE_TRACE: whether
+a limit binds in a workload's bursts though its mean share is below it.
+
+Usage: python3 bench/compute/busy_windows.py --library FILE (--serve-json FILE | --span T0 T1)
+                                             [--windows 10,50,200,1000] [--limits 30,60,90]
+
+  --library FILE    libvgpu.so's VGPU_COMPUTE_TRACE: the busy intervals the limiter measured (B)
+                    and its launching threads' sleeps (S); launches (L) are counted
+  --serve-json FILE bench/serving/serve.py's output (its last JSON line): the span is its token
+                    window (t_start, t_end: CLOCK_MONOTONIC seconds, the trace's clock)
+  --span T0 T1      or the span in seconds on CLOCK_MONOTONIC
+  --windows MS,...  window lengths, milliseconds (default 10,50,200,1000)
+  --limits P,...    limits, percent (default 30,60,90)
+
+Prints the span's busy share (the union of B intervals in it) and the sleeps in it; per window
+length, the windows' mean busy share, how many windows fall in each tenth (0-10% ... 90-100%),
+and per limit P the part of the busy time that fits under P in every window:
+100 x sum(min(busy, P)) / sum(busy). For a trace of a run the limit did not throttle (its busy
+time as the workload wants it) that is what a limit of P enforced over such windows leaves of its
+busy time; for a throttled run it says how often the limit bound.
+
+Only the intervals the limiter measured are B records: launches it measured lightly (charged
+their estimates, VGPU_COMPUTE_LIGHT) are not, so where many were, the busy share here is low
+(the exit summary, LIBCUDA_LOG_LEVEL=4, says how many launches were measured lightly).
+"""
+import argparse
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from trace_report import read_library, union  # noqa: E402
+
+TENTHS = 10
+
+
+def span_of_serve(path):
+    """(t0, t1) in ns from serve.py's last JSON line."""
+    result = None
+    with open(path) as f:
+        for line in f:
+            if line.startswith("{"):
+                try:
+                    result = json.loads(line)
+                except ValueError:
+                    continue
+    if not result or "t_start" not in result or "t_end" not in result:
+        sys.exit(f"busy_windows: {path}: no JSON line with t_start and t_end (bench/serving/serve.py's output)")
+    return int(result["t_start"] * 1e9), int(result["t_end"] * 1e9)
+
+
+def busy_in(busy, a, b):
+    """Busy ns of the sorted, disjoint intervals `busy` within [a, b)."""
+    return sum(max(0, min(y, b) - max(x, a)) for x, y in busy if y > a and x < b)
+
+
+def window_shares(busy, t0, t1, length):
+    """Busy share of each whole window of `length` ns from t0 (a partial last one is left out)."""
+    shares = []
+    start = 0  # index of the first interval that may reach the current window
+    t = t0
+    while t + length <= t1:
+        while start < len(busy) and busy[start][1] <= t:
+            start += 1
+        total, i = 0, start
+        while i < len(busy) and busy[i][0] < t + length:
+            total += max(0, min(busy[i][1], t + length) - max(busy[i][0], t))
+            i += 1
+        shares.append(total / length)
+        t += length
+    return shares
+
+
+def fits_under(shares, limit):
+    """Percent of the windows' busy time below `limit` percent in each window (None: no busy time)."""
+    total = sum(shares)
+    return 100.0 * sum(min(s, limit / 100.0) for s in shares) / total if total > 0 else None
+
+
+def histogram(shares):
+    counts = [0] * TENTHS
+    for s in shares:
+        counts[min(int(s * TENTHS), TENTHS - 1)] += 1
+    return counts
+
+
+def report(args, out=sys.stdout):
+    launches, sleeps, intervals = read_library(args.library)
+    t0, t1 = span_of_serve(args.serve_json) if args.serve_json else (int(args.span[0] * 1e9), int(args.span[1] * 1e9))
+    if t1 <= t0:
+        sys.exit(f"busy_windows: the span {t0 / 1e9:.3f}-{t1 / 1e9:.3f} s is empty")
+    busy = [tuple(x) for x in union(intervals)]
+    inside = sum(1 for a, _ in launches if t0 <= a < t1)
+    slept = sum(n for t, n in sleeps if t0 <= t < t1)
+    print(f"span {(t1 - t0) / 1e9:.3f} s: busy {100.0 * busy_in(busy, t0, t1) / (t1 - t0):.1f}% "
+          f"(union of {len(intervals)} measured intervals), {inside} launches, slept {slept / 1e6:.1f} ms", file=out)
+    print("| window | windows | mean busy | windows per tenth of busy (0-10% ... 90-100%) | "
+          + " | ".join(f"fits under {p}" for p in args.limits) + " |", file=out)
+    print("|---|---|---|---|" + "---|" * len(args.limits), file=out)
+    for ms in args.windows:
+        shares = window_shares(busy, t0, t1, int(ms * 1e6))
+        if not shares:
+            print(f"| {ms:g} ms | 0 | – | – |" + " – |" * len(args.limits), file=out)
+            continue
+        fits = [fits_under(shares, p) for p in args.limits]
+        print(f"| {ms:g} ms | {len(shares)} | {100.0 * sum(shares) / len(shares):.1f}% | "
+              f"{' '.join(str(c) for c in histogram(shares))} | "
+              + " | ".join("–" if f is None else f"{f:.1f}" for f in fits) + " |", file=out)
+
+
+def numbers(text, what, kind=float):
+    try:
+        values = [kind(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        values = []
+    if not values or any(v <= 0 for v in values):
+        sys.exit(f"busy_windows: {what} {text!r}: expected positive numbers, comma-separated")
+    return values
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    p.add_argument("--library", required=True, help="the VGPU_COMPUTE_TRACE file")
+    span = p.add_mutually_exclusive_group(required=True)
+    span.add_argument("--serve-json", help="bench/serving/serve.py's output: its token window is the span")
+    span.add_argument("--span", nargs=2, type=float, metavar=("T0", "T1"), help="the span, CLOCK_MONOTONIC seconds")
+    p.add_argument("--windows", default="10,50,200,1000", help="window lengths in ms (default 10,50,200,1000)")
+    p.add_argument("--limits", default="30,60,90", help="limits in percent (default 30,60,90)")
+    args = p.parse_args(argv)
+    args.windows = numbers(args.windows, "--windows")
+    args.limits = numbers(args.limits, "--limits")
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    try:
+        report(args)
+    except OSError as e:
+        sys.exit(f"busy_windows: {e}")
+
+
+if __name__ == "__main__":
+    main()
