@@ -4,6 +4,7 @@ a limit binds in a workload's bursts though its mean share is below it.
 
 Usage: python3 bench/compute/busy_windows.py --library FILE (--serve-json FILE | --span T0 T1)
                                              [--windows 10,50,200,1000] [--limits 30,60,90]
+                                             [--replay]
 
   --library FILE    libvgpu.so's VGPU_COMPUTE_TRACE: the busy intervals the limiter measured (B)
                     and its launching threads' sleeps (S); launches (L) are counted
@@ -12,6 +13,8 @@ Usage: python3 bench/compute/busy_windows.py --library FILE (--serve-json FILE |
   --span T0 T1      or the span in seconds on CLOCK_MONOTONIC
   --windows MS,...  window lengths, milliseconds (default 10,50,200,1000)
   --limits P,...    limits, percent (default 30,60,90)
+  --replay          also replay the span's busy intervals through the limiter's budget at each
+                    limit (below)
 
 Prints the span's busy share (the union of B intervals in it) and the sleeps in it; per window
 length, the windows' mean busy share, how many windows fall in each tenth (0-10% ... 90-100%),
@@ -19,6 +22,19 @@ and per limit P the part of the busy time that fits under P in every window:
 100 x sum(min(busy, P)) / sum(busy). For a trace of a run the limit did not throttle (its busy
 time as the workload wants it) that is what a limit of P enforced over such windows leaves of its
 busy time; for a throttled run it says how often the limit bound.
+
+--replay asks what a hard limit of P would leave of the run's throughput if the program were a
+closed loop (everything after a launch that waits, waits with it, as a server's engine thread
+does): the busy intervals, in order, are charged to a budget clock V at the limit's rate
+(V += busy x 100 / P); V may lag the wall clock by at most the library's credit at that limit
+(ControllerOptions: 100 ms of busy time, at most 500 ms of wall time, and at most what 250 ms at
+full speed spends but at least 50 ms of wall time; none banked at the span's start) and an
+interval starts no sooner than V - 2 ms (admit_ahead_ns); a delay moves everything after it. The
+share printed is the span's length over its length so delayed. Runs and turns are not modelled:
+alone, a run spends the same budget in one piece. For a trace taken where the limit did not bind
+(a limit of 99 with VGPU_COMPUTE_LIGHT=false measures every launch and throttles nothing) it is
+the expected share of a workload whose demand comes in waves, which the mean busy share alone
+does not give (min(100, 100 x P / mean busy)).
 
 Only the intervals the limiter measured are B records: launches it measured lightly (charged
 their estimates, VGPU_COMPUTE_LIGHT) are not, so where many were, the busy share here is low
@@ -33,6 +49,13 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from trace_report import read_library, union  # noqa: E402
 
 TENTHS = 10
+FULL = 1_000_000  # ppm
+# The library's defaults (src/compute/controller.h, ControllerOptions).
+ADMIT_AHEAD_NS = 2_000_000
+MAX_CREDIT_BUSY_NS = 100_000_000
+MAX_CREDIT_WALL_NS = 500_000_000
+MAX_CREDIT_BURST_NS = 250_000_000
+MIN_CREDIT_NS = 50_000_000
 
 
 def span_of_serve(path):
@@ -78,6 +101,32 @@ def fits_under(shares, limit):
     return 100.0 * sum(min(s, limit / 100.0) for s in shares) / total if total > 0 else None
 
 
+def credit_ns(rate):
+    """Controller::CreditNs: how far the budget clock may lag the wall clock at `rate` ppm."""
+    burst = max(MAX_CREDIT_BURST_NS * (FULL - min(rate, FULL)) // rate, MIN_CREDIT_NS)
+    return min(MAX_CREDIT_BUSY_NS * FULL // rate, MAX_CREDIT_WALL_NS, burst)
+
+
+def replay(busy, t0, t1, limit):
+    """Percent of the span's throughput left by a hard limit of `limit` percent, for a closed loop:
+    the intervals of `busy` within [t0, t1), each charged and delayed as the module docstring says."""
+    rate = round(limit * FULL / 100)
+    credit = credit_ns(rate)
+    clock = t0  # the budget clock V
+    shift = 0
+    for a, b in busy:
+        a, b = max(a, t0), min(b, t1)
+        if b <= a:
+            continue
+        start = a + shift
+        clock = max(clock, start - credit)
+        if clock - start > ADMIT_AHEAD_NS:
+            shift += clock - ADMIT_AHEAD_NS - start
+            start = clock - ADMIT_AHEAD_NS
+        clock += (b - a) * FULL // rate
+    return 100.0 * (t1 - t0) / (t1 - t0 + shift)
+
+
 def histogram(shares):
     counts = [0] * TENTHS
     for s in shares:
@@ -107,6 +156,10 @@ def report(args, out=sys.stdout):
         print(f"| {ms:g} ms | {len(shares)} | {100.0 * sum(shares) / len(shares):.1f}% | "
               f"{' '.join(str(c) for c in histogram(shares))} | "
               + " | ".join("–" if f is None else f"{f:.1f}" for f in fits) + " |", file=out)
+    if args.replay:
+        print("replayed through the limiter's budget (closed loop): "
+              + ", ".join(f"at {p:g} {replay(busy, t0, t1, p):.1f}% of the span's throughput" for p in args.limits),
+              file=out)
 
 
 def numbers(text, what, kind=float):
@@ -128,9 +181,12 @@ def parse_args(argv=None):
     span.add_argument("--span", nargs=2, type=float, metavar=("T0", "T1"), help="the span, CLOCK_MONOTONIC seconds")
     p.add_argument("--windows", default="10,50,200,1000", help="window lengths in ms (default 10,50,200,1000)")
     p.add_argument("--limits", default="30,60,90", help="limits in percent (default 30,60,90)")
+    p.add_argument("--replay", action="store_true", help="replay the busy intervals through the limiter's budget")
     args = p.parse_args(argv)
     args.windows = numbers(args.windows, "--windows")
     args.limits = numbers(args.limits, "--limits")
+    if any(p > 100 for p in args.limits):
+        sys.exit(f"busy_windows: --limits {','.join(f'{p:g}' for p in args.limits)}: at most 100")
     return args
 
 

@@ -67,8 +67,29 @@ class BusyWindowsTest(unittest.TestCase):
         self.assertIn("span 0.050 s: busy 100.0%", text)
         self.assertEqual(self.row(text, "10 ms")[1:3], ["5", "100.0%"])
 
+    def test_replay_through_the_budget(self):
+        ms = [(T0 + i * MS, T0 + (i + 1) * MS) for i in range(2000)]  # 2 s busy, launch by launch
+        full = busy_windows.replay(ms, T0, T0 + 2000 * MS, 90)
+        self.assertAlmostEqual(full, 100 * 2 / (2 / 0.9 - 0.002), delta=0.05)  # the limit, less the 2 ms ahead
+        self.assertEqual(busy_windows.replay(ms, T0, T0 + 2000 * MS, 100), 100.0)
+        # Half busy in pulses of 5 ms every 10 ms: a limit of 90 never binds; at 30 the loop
+        # stretches each period to 5 / 0.3 ms once the credit the pulses never leave is gone.
+        pulses = [(T0 + p * 10 * MS + i * MS, T0 + p * 10 * MS + (i + 1) * MS) for p in range(500) for i in range(5)]
+        self.assertEqual(busy_windows.replay(pulses, T0, T0 + 5000 * MS, 90), 100.0)
+        self.assertAlmostEqual(busy_windows.replay(pulses, T0, T0 + 5000 * MS, 30), 60.0, delta=0.5)
+        # Half busy in waves, 2 s at full speed then 2 s idle: the mean says a limit of 90 leaves
+        # everything, but each wave runs at 90 once the credit (50 ms of wall time at 90) is spent:
+        # 222 ms of budget for each 2 s wave, less the credit after the first.
+        waves = [(T0 + w * 4000 * MS + i * MS, T0 + w * 4000 * MS + (i + 1) * MS) for w in range(3) for i in range(2000)]
+        expected = 100 * 12000 / (12000 + (2000 / 0.9 - 2000 - 2) + 2 * (2000 / 0.9 - 2000 - 50 - 2))
+        self.assertAlmostEqual(busy_windows.replay(waves, T0, T0 + 12000 * MS, 90), expected, delta=0.1)
+        text = self.run_report("--library", self.trace, "--serve-json", self.serve, "--limits", "30,90", "--replay")
+        self.assertRegex(text, r"replayed through the limiter's budget \(closed loop\): at 30 [\d.]+% of the "
+                               r"span's throughput, at 90 100.0% of the span's throughput")
+
     def test_bad_input_is_named(self):
-        for argv, needle in ((["--windows", "10,x"], "--windows '10,x'"), (["--limits", "0"], "--limits '0'")):
+        for argv, needle in ((["--windows", "10,x"], "--windows '10,x'"), (["--limits", "0"], "--limits '0'"),
+                             (["--limits", "90,120"], "--limits 90,120: at most 100")):
             with self.assertRaises(SystemExit) as e:
                 busy_windows.parse_args(["--library", self.trace, "--serve-json", self.serve] + argv)
             self.assertIn(needle, str(e.exception.code))
