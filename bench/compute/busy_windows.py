@@ -162,9 +162,9 @@ def report(args, out=sys.stdout):
               file=out)
 
 
-def numbers(text, what, kind=float):
+def numbers(text, what):
     try:
-        values = [kind(x) for x in text.split(",") if x.strip()]
+        values = [float(x) for x in text.split(",") if x.strip()]
     except ValueError:
         values = []
     if not values or any(v <= 0 for v in values):
