@@ -3,13 +3,17 @@
 keep its rate when the trainer's runs give way to it (docs/compute.md, "Turns", "Give way")?
 
 Usage: python3 bench/compute/server_trainer.py --library LIB [--server-limit 30] [--trainer-limit 60]
-                                               [--rounds 2] [--warmup 1] [--seconds 4]
-                                               [--binary CONCURRENCY] [--out DIR] [--dry-run]
+                                               [--trainer long|streams] [--rounds 2] [--warmup 1]
+                                               [--seconds 4] [--binary CONCURRENCY] [--out DIR]
+                                               [--dry-run]
 
 Workloads of bench/compute/concurrency.cu (built here with nvcc, or --binary):
   server   a server's steps: 8 launches of 60 us, synchronised, then 1.5 ms of host work
            (--steps 8 --kernel-us 60 --host-us 1500; about a quarter busy alone)
-  trainer  2 ms kernels on one stream, as many as its queue takes (--kernel-us 2000)
+  trainer  --trainer long (the default): 2 ms kernels on one stream, as many as its queue takes
+           (--kernel-us 2000); --trainer streams: the matrix's 16 streams of 50 us kernels
+           (--streams 16 --kernel-us 50), whose launches overlap, so that its runs do not give way
+           (ControllerOptions::give_way_max_overlap)
 Each round runs the server alone and the trainer alone natively, the two together natively, and
 the two together as separate containers (separate ledgers, started through a barrier) under
 --server-limit and --trainer-limit, once with VGPU_COMPUTE_GIVE_WAY=true and once with false
@@ -17,8 +21,8 @@ the two together as separate containers (separate ledgers, started through a bar
 each workload's rate over its alone run of the round. Printed: a table per round and the mean;
 --out keeps server-trainer.json and the log. What to expect from the simulation (120 us
 hand-over): with give way (off by default) the server 55.1% of its native rate against 40.5
-without, the trainer 57.9 against 60.0. Never changes any GPU setting; exit status 1 when a run
-failed."""
+without, the trainer 57.9 against 60.0; beside 16 streams of 50 us 38.9 either way, the trainer
+58.4 / 58.3. Never changes any GPU setting; exit status 1 when a run failed."""
 import argparse
 import json
 import os
@@ -30,7 +34,7 @@ from compute_common import Launcher, fmt, log, nvcc_build, summary_of  # noqa: E
 
 OUTPUT = "server-trainer"
 SERVER = ["--steps", "8", "--kernel-us", "60", "--host-us", "1500"]
-TRAINER = ["--streams", "1", "--kernel-us", "2000"]
+TRAINERS = {"long": ["--streams", "1", "--kernel-us", "2000"], "streams": ["--streams", "16", "--kernel-us", "50"]}
 
 
 def parser():
@@ -39,6 +43,8 @@ def parser():
     p.add_argument("--library", required=True, help="libvgpu.so")
     p.add_argument("--server-limit", type=int, default=30, help="the server's limit (default 30)")
     p.add_argument("--trainer-limit", type=int, default=60, help="the trainer's limit (default 60)")
+    p.add_argument("--trainer", choices=sorted(TRAINERS), default="long",
+                   help="the trainer: long, 2 ms kernels on one stream (default); streams, 16 streams of 50 us")
     p.add_argument("--rounds", type=int, default=2, help="rounds (default 2)")
     p.add_argument("--warmup", type=float, default=1.0, help="warm-up of every run, seconds (default 1)")
     p.add_argument("--seconds", type=float, default=4.0, help="window of every run, seconds (default 4)")
@@ -94,7 +100,7 @@ def main(argv=None):
                 if not binary:
                     return 1
                 prog = [binary, "run"]
-            cmds = {"server": prog + SERVER + window, "trainer": prog + TRAINER + window}
+            cmds = {"server": prog + SERVER + window, "trainer": prog + TRAINERS[s.trainer] + window}
             timeout = 60 + 3 * (s.warmup + s.seconds)
             alone = {}
             for r, step in steps:
@@ -134,7 +140,8 @@ def main(argv=None):
             launcher.close()
     md = table(results, s)
     with open(os.path.join(s.out, OUTPUT + ".json"), "w") as f:
-        json.dump({"server_limit": s.server_limit, "trainer_limit": s.trainer_limit, "results": results,
+        json.dump({"server_limit": s.server_limit, "trainer_limit": s.trainer_limit, "trainer": s.trainer,
+                   "results": results,
                    "mean": means(results)}, f, indent=1)
     with open(os.path.join(s.out, OUTPUT + ".md"), "w") as f:
         f.write(md + "\n")
@@ -154,8 +161,8 @@ def means(results):
 
 
 def table(results, s):
-    lines = [f"server at {s.server_limit} beside trainer at {s.trainer_limit}: each rate as a share of its alone "
-             "run in the round (alone: its rate)", "",
+    lines = [f"server at {s.server_limit} beside trainer ({' '.join(TRAINERS[s.trainer])}) at {s.trainer_limit}: "
+             "each rate as a share of its alone run in the round (alone: its rate)", "",
              "| round | run | server | trainer | server: throttled ms, measured ppm | trainer: throttled ms, "
              "measured ppm |", "|---|---|---|---|---|---|"]
     for r in results:

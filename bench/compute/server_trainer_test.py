@@ -25,7 +25,7 @@ class Plan(unittest.TestCase):
 
     def test_bad_options_name_the_input(self):
         for args, needle in ((["--server-limit", "0"], "--server-limit 0"), (["--rounds", "0"], "--rounds 0"),
-                             (["--seconds", "0"], "--seconds > 0")):
+                             (["--seconds", "0"], "--seconds > 0"), (["--trainer", "wide"], "--trainer")):
             r = subprocess.run([sys.executable, os.path.join(HERE, "server_trainer.py"), "--library", "x",
                                 "--dry-run", *args], capture_output=True, text=True, timeout=60)
             self.assertEqual(r.returncode, 2)
@@ -59,6 +59,25 @@ class Runs(unittest.TestCase):
         self.assertEqual(len({run["ledger"] for run in limited}), 4)  # separate containers
         self.assertTrue(all(run["barrier"] for run in runs if run["limit"] is not None))
         self.assertIn("--steps", next(run for run in runs if run["limit"] == 30)["args"])
+        self.assertIn("2000", next(run for run in runs if run["limit"] == 60)["args"])  # --trainer long
+
+    def test_the_trainer_of_concurrent_streams(self):
+        with tempfile.TemporaryDirectory(prefix="server-trainer-test-") as tmp:
+            log = os.path.join(tmp, "fake.log")
+            env = dict(os.environ, FAKE_MATRIX_LOG=log, FAKE_MATRIX_DEVIATE="", FAKE_MATRIX_FAIL="")
+            out = os.path.join(tmp, "out")
+            r = subprocess.run([sys.executable, os.path.join(HERE, "server_trainer.py"), "--library", LIBRARY,
+                                "--out", out, "--rounds", "1", "--warmup", "0", "--seconds", "0.05",
+                                "--trainer", "streams", "--workload-cmd", f"{sys.executable} {FAKE} fake"],
+                               env=env, capture_output=True, text=True, timeout=100)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            with open(log) as f:
+                runs = [json.loads(line) for line in f]
+            with open(os.path.join(out, "server-trainer.json")) as f:
+                self.assertEqual(json.load(f)["trainer"], "streams")
+        args = next(run for run in runs if run["limit"] == 60)["args"]
+        self.assertEqual(args[args.index("--streams") + 1], "16")
+        self.assertEqual(args[args.index("--kernel-us") + 1], "50")
 
 
 if __name__ == "__main__":

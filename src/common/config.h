@@ -125,7 +125,8 @@ struct Config {
   bool compute_run_hold = true;
   // VGPU_COMPUTE_GIVE_WAY: a run that fills its share gives way to a neighbour below its limit
   // that waits for the turn, and a waiter below its limit says so (compute::ControllerOptions::
-  // light_waiter_queue_ns). Off by default: it costs trainers of concurrent streams their share.
+  // light_waiter_queue_ns), unless its launches overlap (give_way_max_overlap). Off by default:
+  // not yet measured on a GPU beside a trainer of concurrent streams.
   bool compute_give_way = false;
   // VGPU_COMPUTE_PERIOD: a limited process runs share x period, then rests (docs/compute.md);
   // 0 = no runs, bursts launch by launch.

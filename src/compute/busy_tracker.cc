@@ -648,6 +648,7 @@ PollResult BusyTracker::ProcessMarkLocked(StreamState& st, const PendingMark& ma
         begin = std::max(begin, time - std::max(cap, surely_busy));
       }
       result.busy_ns = AddOwnLocked(begin, time);
+      NoteOverlapLocked(time - begin, result.busy_ns);
       m.busy_ns = result.busy_ns;
       LearnLocked(st, mark, m);
     } else {
@@ -772,6 +773,21 @@ void BusyTracker::NoteSpanLocked(StreamState& st, int64_t span_ns, int64_t now) 
     st.span_window_start_ns = span_now_.start_ns;
     ++span_now_.streams;
   }
+}
+
+void BusyTracker::NoteOverlapLocked(int64_t length_ns, int64_t added_ns) {
+  if (length_ns <= 0) return;
+  constexpr double kKeep = 1.0 - 1.0 / kOverlapIntervals;
+  overlap_length_ns_ = kKeep * overlap_length_ns_ + static_cast<double>(length_ns);
+  overlap_added_ns_ = kKeep * overlap_added_ns_ + static_cast<double>(std::max<int64_t>(added_ns, 0));
+}
+
+double BusyTracker::Overlap() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!(overlap_length_ns_ > 0)) return 1.0;
+  // Intervals that added nothing (others already covered their time) bound it at their count.
+  const double added = std::max(overlap_added_ns_, overlap_length_ns_ / kOverlapIntervals);
+  return std::max(overlap_length_ns_ / added, 1.0);
 }
 
 int64_t BusyTracker::LaunchSpanNs(int64_t now) const {

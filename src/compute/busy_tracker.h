@@ -364,6 +364,12 @@ class BusyTracker {
   // process whose concurrent streams run long launches needs longer runs (Controller).
   int64_t LaunchSpanNs(int64_t now) const;
 
+  // How many of the process's launches run at once on the GPU: the lengths of its measured
+  // intervals over the time they added to the process's busy union, both decayed over about
+  // kOverlapIntervals intervals; 1 with one stream, or before anything was measured.
+  double Overlap() const;
+  static constexpr int kOverlapIntervals = 64;
+
  private:
   struct PendingMark {
     EventId event;
@@ -474,6 +480,7 @@ class BusyTracker {
   void PruneUnionLocked();
   void FreeSlotLocked(int slot);
   void NoteSpanLocked(StreamState& st, int64_t span_ns, int64_t now);
+  void NoteOverlapLocked(int64_t length_ns, int64_t added_ns);
   void NoteOffsetLocked(int64_t host_ns, int64_t seen_ns, int64_t time);
   void NoteBeginDelayLocked(int64_t delay_ns, int64_t now);
   bool LaunchDelayLocked(int64_t* delay_ns) const;
@@ -518,6 +525,8 @@ class BusyTracker {
   TrackerStats stats_;                             // guarded by mu_
   SpanWindow span_now_;                            // guarded by mu_
   SpanWindow span_before_;                         // guarded by mu_
+  double overlap_length_ns_ = 0;                   // Overlap(): decayed sums; guarded by mu_
+  double overlap_added_ns_ = 0;
   // The end of this process's latest interval in the union (others' may end later): the bound
   // for pruning and for a begin's horizon.
   int64_t own_horizon_ = std::numeric_limits<int64_t>::min();  // guarded by mu_

@@ -308,6 +308,25 @@ TEST(BusyTrackerTest, ConcurrentStreamsCountTheUnionNotTheSum) {
   EXPECT_EQ(rig.Measured(), rig.Truth());
 }
 
+// How many launches overlap: the intervals' lengths over what they added to the union.
+TEST(BusyTrackerTest, OverlapIsTheIntervalsLengthOverTheirUnion) {
+  Rig rig;
+  EXPECT_EQ(rig.tracker.Overlap(), 1.0);  // nothing measured yet
+  for (int i = 0; i < 20; ++i) {  // one stream: nothing overlaps
+    ASSERT_TRUE(rig.Launch(rig.s0, 1 * kMs));
+    rig.Advance(2 * kMs);
+    rig.Measured();
+  }
+  EXPECT_DOUBLE_EQ(rig.tracker.Overlap(), 1.0);
+  for (int i = 0; i < 200; ++i) {  // two streams side by side: 2 ms of intervals per ms of union
+    ASSERT_TRUE(rig.Launch(rig.s0, 1 * kMs));
+    ASSERT_TRUE(rig.Launch(rig.s1, 1 * kMs));
+    rig.Advance(2 * kMs);
+    rig.Measured();
+  }
+  EXPECT_NEAR(rig.tracker.Overlap(), 2.0, 0.05);
+}
+
 TEST(BusyTrackerTest, LaunchSpanIsTheLongestLaunchOfConcurrentStreams) {
   Rig rig;
   const int64_t window = BusyTrackerOptions().span_window_ns;

@@ -184,6 +184,16 @@ Controller::LightRefusal Controller::LightRefusalOf(double device_busy, int proc
 
 void Controller::SetLaunchSpan(int64_t span_ns) { launch_span_ns_.store(std::max<int64_t>(span_ns, 0), kRelaxed); }
 
+// Hysteresis: giving way lowers the overlap it is judged by (the queues drain at every step of
+// the waiter), so it stops at give_way_max_overlap and starts again only well below it.
+void Controller::SetOverlap(double overlap) {
+  if (overlap >= options_.give_way_max_overlap) {
+    give_way_overlap_ok_.store(false, kRelaxed);
+  } else if (overlap < options_.give_way_resume_overlap) {
+    give_way_overlap_ok_.store(true, kRelaxed);
+  }
+}
+
 int64_t Controller::PeriodNs(int64_t now) const {
   const int64_t span = launch_span_ns_.load(kRelaxed);
   if (options_.period_ns <= 0 || span <= 0 || options_.spans_per_period <= 0) return options_.period_ns;
@@ -292,8 +302,8 @@ bool Controller::WaiterSeen(int64_t now) {
 }
 
 bool Controller::LightWaiterSeen(int64_t now) {
-  return options_.light_waiter_queue_ns > 0 && (turn_->waiter.load(kRelaxed) & kLightWaiterBit) != 0 &&
-         WaiterSeen(now);
+  return options_.light_waiter_queue_ns > 0 && give_way_overlap_ok_.load(kRelaxed) &&
+         (turn_->waiter.load(kRelaxed) & kLightWaiterBit) != 0 && WaiterSeen(now);
 }
 
 // Only a run that fills its share gives way: two containers below their limits take turns as
@@ -309,7 +319,10 @@ bool Controller::GivesWay(int64_t now) {
 // two polls after this process's claimed work ended is not waited for again in this run (a stale
 // or forged one costs at most that).
 int64_t Controller::LightWaiterDelayNs(int64_t now) {
-  if (!TakesTurns() || options_.light_waiter_queue_ns <= 0 || BelowLimit(now)) return 0;
+  if (!TakesTurns() || options_.light_waiter_queue_ns <= 0 || !give_way_overlap_ok_.load(kRelaxed) ||
+      BelowLimit(now)) {
+    return 0;
+  }
   const int64_t poll = std::max<int64_t>(options_.turn_poll_ns, 1);
   const int64_t claimed = claimed_until_.load(kRelaxed);
   const int64_t run = state_->run_start_ns.load(kRelaxed);

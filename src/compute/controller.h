@@ -167,13 +167,22 @@ struct ControllerOptions {
   // kernels at 60, got 40.5% of its native rate in the simulation (the trainer's run held the
   // turn, and its queue reached 20 ms); with it 55.1, the trainer 57.9. A saturating neighbour
   // banks nothing and never sets the bit: the hold and held runs' charge apply to it as before.
-  // 0 (the default): off. Not on by default because a trainer of concurrent streams loses most of
-  // its throughput to it (16 streams of 50 us kernels at 60 beside that server: 22.6 of its native
-  // rate instead of 58.0, though it still kept the GPU busy 59% of the time: at every step of the
-  // server its queues drain with fewer kernels running at once, and the bound keeps them short);
-  // kGiveWayQueueNs turns it on (VGPU_COMPUTE_GIVE_WAY=true).
+  // 0 (the default): off, until measured on a GPU beside a trainer of concurrent streams (which
+  // give_way_max_overlap keeps from giving way); kGiveWayQueueNs turns it on
+  // (VGPU_COMPUTE_GIVE_WAY=true).
   int64_t light_waiter_queue_ns = 0;
   static constexpr int64_t kGiveWayQueueNs = 1'000'000;
+  // ... but not while the process's launches overlap on the GPU (SetOverlap, BusyTracker::Overlap)
+  // this much or more, until they overlap less than give_way_resume_overlap again: giving way
+  // drains its queues at every step of the waiter, which costs a launcher of concurrent narrow
+  // kernels its parallelism (simulated, a server beside 16 streams of 50 us kernels at 60: the
+  // trainer did 42% of the work it did without giving way, 4 streams 61%; one stream of such
+  // kernels, or two of full-width 1.6 ms ones, lost nothing, and their overlap read 1.0 and 1.96,
+  // 1.3 while giving way; 16 and 4 streams read 16 and 4, 3.6 and 2.4 while giving way). A
+  // process that stops giving way is charged as before (its runs hold the turn and are charged
+  // whole when the waiter waits through them).
+  double give_way_max_overlap = 2.0;
+  double give_way_resume_overlap = 1.5;
   // With runs, a container about to open a run while another container waits for the turn
   // (GpuTurn::waiter) lets it go first, for at most this long in all (a waiter that never takes
   // the turn, or a forged one, costs no more). 0: never.
@@ -247,6 +256,9 @@ class Controller {
   // The longest launch span of the process's concurrent streams (BusyTracker::LaunchSpanNs; 0:
   // none, or one stream): runs lengthen the period to spans_per_period of them.
   void SetLaunchSpan(int64_t span_ns);
+  // How many of the process's launches overlap on the GPU (BusyTracker::Overlap, >= 1): whether
+  // its runs may give way (give_way_max_overlap).
+  void SetOverlap(double overlap);
   // The period runs use now: period_ns, or longer for long concurrent launches while no other
   // process took a turn on the GPU within turn_recent_ns.
   int64_t PeriodNs(int64_t now) const;
@@ -306,7 +318,8 @@ class Controller {
   // Another container waits for the turn: GpuTurn::waiter set, not this container, and seen
   // within two polls (not later than a poll ahead: a forged time is not believed).
   bool WaiterSeen(int64_t now);
-  // WaiterSeen, and the waiter runs below its limit (light_waiter_queue_ns).
+  // WaiterSeen, and the waiter runs below its limit (light_waiter_queue_ns), and this process's
+  // launches overlap little enough to give way (give_way_max_overlap).
   bool LightWaiterSeen(int64_t now);
   // LightWaiterSeen, and this container fills its share (not BelowLimit): its run gives way.
   bool GivesWay(int64_t now);
@@ -349,6 +362,7 @@ class Controller {
   std::atomic<int64_t> light_waiter_ignored_run_{0};  // the run (start) in which it is no longer waited for
   std::atomic<int64_t> yield_since_{0};    // start of the current yield to a waiter, 0 = none
   std::atomic<int64_t> launch_span_ns_{0};  // SetLaunchSpan
+  std::atomic<bool> give_way_overlap_ok_{true};  // SetOverlap: below give_way_max_overlap
 };
 
 }  // namespace vgpu::compute

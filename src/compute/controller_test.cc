@@ -779,6 +779,34 @@ TEST(ControllerTurnTest, ARunGivesWayToAWaiterBelowItsLimit) {
   EXPECT_EQ(q.state_b.run_contended.load(), 1u);
 }
 
+// A run whose launches overlap on the GPU (concurrent streams) does not give way: it would drain
+// its queues at every step of the waiter. Giving way lowers the overlap, so it starts again only
+// once the overlap is well below the line (give_way_resume_overlap).
+TEST(ControllerTurnTest, ARunWhoseLaunchesOverlapDoesNotGiveWay) {
+  ControllerOptions options;
+  options.light_waiter_queue_ns = ControllerOptions::kGiveWayQueueNs;
+  const int64_t t = kStart + 100 * kMs;
+  struct Step {
+    double overlap;
+    bool gives_way;
+  };
+  // One pair, the same waiter each time: the overlap set before it is what the run goes by.
+  TurnPair p(options);
+  p.state_a.vclock_ns.store(t - 300 * kMs);  // a banked 300 ms: below its limit
+  p.state_b.vclock_ns.store(t);
+  ASSERT_EQ(p.b.AdmitDelayNs(t), 0);  // b's run opens (30 ms at 60)
+  int64_t now = t;
+  for (const Step& step : {Step{1.0, true}, Step{2.5, false}, Step{1.8, false}, Step{1.4, true}, Step{1.9, true}}) {
+    SCOPED_TRACE(testing::Message() << "overlap " << step.overlap);
+    p.b.SetOverlap(step.overlap);
+    p.b.ClaimTurn(10 * kMs, now);  // b queues 10 ms of work
+    EXPECT_GT(p.a.AdmitDelayNs(now + 1 * kMs), 0);  // a waits for it, below its limit
+    EXPECT_EQ(p.turn.waiter.load() & 1, 1u);
+    EXPECT_EQ(p.b.AdmitDelayNs(now + 1 * kMs + 10 * kUs) > 0, step.gives_way);  // b gives way, or goes on
+    now += 2 * kMs;
+  }
+}
+
 // With runs: a synchronisation inside a run drains the holder's work for a moment; the turn stays
 // its own for run_hold_ns past its claimed work (a Tick that finds it idle keeps the hold), and
 // no longer than the run. A launch told to wait with work in flight gives the hold back.

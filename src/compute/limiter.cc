@@ -72,6 +72,7 @@ void ComputeLimiter::OnStreamDestroyed(StreamKey stream, int64_t now) {
 void ComputeLimiter::Tick(int64_t now) {
   Apply(tracker_->Tick(now), now);
   controller_->SetLaunchSpan(tracker_->LaunchSpanNs(now));
+  controller_->SetOverlap(tracker_->Overlap());
   if (tracker_->HasPendingWork()) {
     controller_->NoteActivity(now);
   } else {

@@ -25,8 +25,8 @@
 #              light measurement: a launcher slower than its kernels well below its limit keeps
 #              its native rate (~15 s); launchers slower than their kernels, with expensive ones among cheap ones, held
 #              within their share at a limit of 60 (bench/compute/host_mix.py, ~20 s); a server
-#              below its limit beside a trainer, with and without give way
-#              (bench/compute/server_trainer.py, ~60 s)
+#              below its limit beside a trainer of one stream and one of 16 streams, with and
+#              without give way (bench/compute/server_trainer.py, ~2 min)
 #   matrix     the compute limit's concurrency matrix: streams, host threads, processes, graphs,
 #              a server's steps, cuBLAS, training (PyTorch; JAX when installed), serving when serve.py exists,
 #              co-located 30+60 and 3 x 30 (bench/compute_matrix.py, ~14 min with serving: more
@@ -395,29 +395,43 @@ PY
     fi
     # A server below its limit beside a trainer that fills its share (docs/compute.md, "Turns",
     # "Give way", off by default): server at 30, trainer at 60, separate containers started
-    # together, with VGPU_COMPUTE_GIVE_WAY true and false alternating over two rounds. PASS: with
-    # give way the trainer keeps its limit (+-3) and the server does more of its native rate than
-    # without (simulated: 55.1 against 40.5, the trainer 57.9).
-    S="$DETAIL/compute/server-trainer"
-    name="compute server at 30 beside a trainer at 60: give way"
-    if python3 "$ROOT/bench/compute/server_trainer.py" --library "$LIB" --binary "$G/concurrency" --rounds 2 \
-      --warmup 1 --seconds 3 --out "$S" >>"$LOG" 2>&1; then
-      read -r verdict detail < <(python3 - "$S/server-trainer.json" <<'PY'
+    # together, with VGPU_COMPUTE_GIVE_WAY true and false alternating over two rounds. Beside a
+    # trainer of 2 ms kernels on one stream, PASS: with give way the trainer keeps its limit (+-3)
+    # and the server does more of its native rate than without (simulated: 55.1 against 40.5, the
+    # trainer 57.9). Beside 16 streams of 50 us, whose launches overlap and whose runs therefore do
+    # not give way, PASS: the trainer keeps its limit (+-3) and the server does not lose more than
+    # 3 points to the setting (simulated: 38.9 either way, the trainer 58.4 / 58.3).
+    for trainer in long streams; do
+      S="$DETAIL/compute/server-trainer-$trainer"
+      if [ "$trainer" = long ]; then
+        name="compute server at 30 beside a trainer at 60: give way"
+      else
+        name="compute server at 30 beside a trainer of 16 streams at 60: no give way"
+      fi
+      if python3 "$ROOT/bench/compute/server_trainer.py" --library "$LIB" --binary "$G/concurrency" --rounds 2 \
+        --warmup 1 --seconds 3 --trainer "$trainer" --out "$S" >>"$LOG" 2>&1; then
+        read -r verdict detail < <(python3 - "$S/server-trainer.json" "$trainer" <<'PY'
 import json, sys
 m = json.load(open(sys.argv[1]))["mean"]
 on, off, nat = m.get("give-way-on", {}), m.get("give-way-off", {}), m.get("together", {})
 f = lambda v: "?" if v is None else f"{v:.1f}"
-ok = (on.get("trainer") is not None and abs(on["trainer"] - 60) <= 3 and on.get("server") is not None
-      and off.get("server") is not None and on["server"] > off["server"])
+known = all(x.get(k) is not None for x in (on, off) for k in ("server", "trainer"))
+if not known:
+    ok = False
+elif sys.argv[2] == "long":
+    ok = abs(on["trainer"] - 60) <= 3 and on["server"] > off["server"]
+else:
+    ok = abs(on["trainer"] - 60) <= 3 and on["server"] >= off["server"] - 3
 print("PASS" if ok else "FAIL", f"server {f(on.get('server'))} of native with give way, {f(off.get('server'))} "
       f"without; trainer {f(on.get('trainer'))} / {f(off.get('trainer'))} (60 +-3 with give way); "
       f"natively together {f(nat.get('server'))} / {f(nat.get('trainer'))}")
 PY
-      )
-      row "$name" "$verdict" "$detail"
-    else
-      row "$name" FAIL "bench/compute/server_trainer.py failed; see $LOG"
-    fi
+        )
+        row "$name" "$verdict" "$detail"
+      else
+        row "$name" FAIL "bench/compute/server_trainer.py failed; see $LOG"
+      fi
+    done
   else
     row "compute period: bench/compute/concurrency.cu" FAIL "nvcc failed; see $LOG"
   fi
