@@ -33,20 +33,24 @@ class Plan(unittest.TestCase):
 
 
 class Runs(unittest.TestCase):
-    def test_shares_of_the_alone_runs_and_each_settings_variables(self):
+    def run_fake(self, *extra):
+        """server_trainer.py for one round against the fake workload: (its JSON, the fake's log of runs)."""
         with tempfile.TemporaryDirectory(prefix="server-trainer-test-") as tmp:
             log = os.path.join(tmp, "fake.log")
             env = dict(os.environ, FAKE_MATRIX_LOG=log, FAKE_MATRIX_DEVIATE="", FAKE_MATRIX_FAIL="")
             out = os.path.join(tmp, "out")
             r = subprocess.run([sys.executable, os.path.join(HERE, "server_trainer.py"), "--library", LIBRARY,
-                                "--out", out, "--rounds", "1", "--warmup", "0", "--seconds", "0.05",
+                                "--out", out, "--rounds", "1", "--warmup", "0", "--seconds", "0.05", *extra,
                                 "--workload-cmd", f"{sys.executable} {FAKE} fake"],
                                env=env, capture_output=True, text=True, timeout=100)
             self.assertEqual(r.returncode, 0, r.stderr)
             with open(os.path.join(out, "server-trainer.json")) as f:
                 data = json.load(f)
             with open(log) as f:
-                runs = [json.loads(line) for line in f]
+                return data, [json.loads(line) for line in f]
+
+    def test_shares_of_the_alone_runs_and_each_settings_variables(self):
+        data, runs = self.run_fake()
         by_step = {rec["step"]: rec for rec in data["results"]}
         self.assertEqual(by_step["together"]["server"]["share"], 100.0)
         self.assertAlmostEqual(by_step["give-way-on"]["server"]["share"], 30.0)
@@ -59,22 +63,12 @@ class Runs(unittest.TestCase):
         self.assertEqual(len({run["ledger"] for run in limited}), 4)  # separate containers
         self.assertTrue(all(run["barrier"] for run in runs if run["limit"] is not None))
         self.assertIn("--steps", next(run for run in runs if run["limit"] == 30)["args"])
-        self.assertIn("2000", next(run for run in runs if run["limit"] == 60)["args"])  # --trainer long
+        self.assertEqual(data["trainer"], "long")
+        self.assertIn("2000", next(run for run in runs if run["limit"] == 60)["args"])
 
     def test_the_trainer_of_concurrent_streams(self):
-        with tempfile.TemporaryDirectory(prefix="server-trainer-test-") as tmp:
-            log = os.path.join(tmp, "fake.log")
-            env = dict(os.environ, FAKE_MATRIX_LOG=log, FAKE_MATRIX_DEVIATE="", FAKE_MATRIX_FAIL="")
-            out = os.path.join(tmp, "out")
-            r = subprocess.run([sys.executable, os.path.join(HERE, "server_trainer.py"), "--library", LIBRARY,
-                                "--out", out, "--rounds", "1", "--warmup", "0", "--seconds", "0.05",
-                                "--trainer", "streams", "--workload-cmd", f"{sys.executable} {FAKE} fake"],
-                               env=env, capture_output=True, text=True, timeout=100)
-            self.assertEqual(r.returncode, 0, r.stderr)
-            with open(log) as f:
-                runs = [json.loads(line) for line in f]
-            with open(os.path.join(out, "server-trainer.json")) as f:
-                self.assertEqual(json.load(f)["trainer"], "streams")
+        data, runs = self.run_fake("--trainer", "streams")
+        self.assertEqual(data["trainer"], "streams")
         args = next(run for run in runs if run["limit"] == 60)["args"]
         self.assertEqual(args[args.index("--streams") + 1], "16")
         self.assertEqual(args[args.index("--kernel-us") + 1], "50")
