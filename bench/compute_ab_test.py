@@ -90,11 +90,14 @@ class Plan(unittest.TestCase):
     def test_summary_with_the_light_figures(self):
         got = ab.summary_of(H200_SUMMARY + "; light measurement allowed at 12 of 140 samples (refused: busy 90, "
                             "debt 31, mode 0, processes 0, no signal 7), launches onto dry streams measured "
-                            "exactly while held after a wait 2051, beside another stream 17")
+                            "exactly while held after a wait 2051, beside another stream 17; launches overlap "
+                            "16.02 (gives way: no)")
         self.assertEqual(got["period_ms"], 200.0)
         self.assertEqual((got["light_allowed"], got["light_samples"]), (12, 140))
         self.assertEqual((got["light_refused_busy"], got["light_refused_debt"]), (90, 31))
         self.assertEqual((got["light_held"], got["light_not_alone"]), (2051, 17))
+        self.assertEqual((got["overlap"], got["gives_way"]), (16.02, 0.0))
+        self.assertNotIn("gives_way", ab.summary_of(H200_SUMMARY))  # a library from before the overlap
 
 
 class Runs(unittest.TestCase):

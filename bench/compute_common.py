@@ -127,7 +127,7 @@ def summary_of(stderr):
     period, and of
     light measurement (the monitor's samples that allowed it, those refused for the GPU's busy
     share or a debt, and launches onto dry streams measured exactly after a wait or beside another
-    stream)."""
+    stream), and how much its launches overlapped and whether its runs would give way (1 or 0)."""
     lines = [l for l in stderr.splitlines() if "compute device 0:" in l]
     if not lines:
         return {}
@@ -143,10 +143,14 @@ def summary_of(stderr):
                          ("light_samples", r"light measurement allowed at \d+ of (\d+) samples"),
                          ("light_refused_busy", r"refused: busy (\d+)"), ("light_refused_debt", r", debt (\d+)"),
                          ("light_held", r"while held after a wait (\d+)"),
-                         ("light_not_alone", r"beside another stream (\d+)")):
+                         ("light_not_alone", r"beside another stream (\d+)"),
+                         ("overlap", r"launches overlap ([\d.]+)")):
         m = re.search(pattern, line)
         if m:
             out[key] = float(m.group(1))
+    m = re.search(r"gives way: (yes|no)", line)
+    if m:
+        out["gives_way"] = 1.0 if m.group(1) == "yes" else 0.0
     if out.get("launches"):
         out["marks_per_launch"] = out.get("marks", 0) / out["launches"]
         out["queries_per_launch"] = out.get("queries", 0) / out["launches"]

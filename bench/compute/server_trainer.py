@@ -164,7 +164,7 @@ def table(results, s):
     lines = [f"server at {s.server_limit} beside trainer ({' '.join(TRAINERS[s.trainer])}) at {s.trainer_limit}: "
              "each rate as a share of its alone run in the round (alone: its rate)", "",
              "| round | run | server | trainer | server: throttled ms, measured ppm | trainer: throttled ms, "
-             "measured ppm |", "|---|---|---|---|---|---|"]
+             "measured ppm, launches' overlap, gives way |", "|---|---|---|---|---|---|"]
     for r in results:
         cells = []
         for name in ("server", "trainer"):
@@ -173,7 +173,11 @@ def table(results, s):
         extra = []
         for name in ("server", "trainer"):
             x = r[name]
-            extra.append(f"{fmt(x.get('throttled_ms'))}, {fmt(x.get('measured_ppm'), 0)}" if "limit" in x else "")
+            cell = f"{fmt(x.get('throttled_ms'))}, {fmt(x.get('measured_ppm'), 0)}" if "limit" in x else ""
+            if name == "trainer" and "limit" in x:
+                gives = {1.0: "yes", 0.0: "no"}.get(x.get("gives_way"), "–")
+                cell += f", {fmt(x.get('overlap'), 2)}, {gives}"
+            extra.append(cell)
         lines.append(f"| {r['round'] + 1} | {r['step']} | {cells[0]} | {cells[1]} | {extra[0]} | {extra[1]} |")
     m = means(results)
     lines.append("")

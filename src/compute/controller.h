@@ -259,6 +259,11 @@ class Controller {
   // How many of the process's launches overlap on the GPU (BusyTracker::Overlap, >= 1): whether
   // its runs may give way (give_way_max_overlap).
   void SetOverlap(double overlap);
+  // Whether this process's runs would give way to a waiter below its limit now: give way on
+  // (light_waiter_queue_ns) and its launches' overlap below the line (SetOverlap).
+  bool GivesWayByOverlap() const {
+    return options_.light_waiter_queue_ns > 0 && give_way_overlap_ok_.load(std::memory_order_relaxed);
+  }
   // The period runs use now: period_ns, or longer for long concurrent launches while no other
   // process took a turn on the GPU within turn_recent_ns.
   int64_t PeriodNs(int64_t now) const;

@@ -495,7 +495,8 @@ __attribute__((destructor)) void LogSummaries() {
                        "%lld intervals of other processes read (%lld skipped); period %.1f ms; "
                        "light measurement allowed at %lld of %lld samples (refused: busy %lld, debt %lld, "
                        "mode %lld, processes %lld, no signal %lld), launches onto dry streams measured exactly "
-                       "while held after a wait %lld, beside another stream %lld",
+                       "while held after a wait %lld, beside another stream %lld; launches overlap %.2f "
+                       "(gives way: %s)",
                        d, static_cast<unsigned>(c.mode), c.target_ppm, c.measured_ppm, c.correction_ppm,
                        c.busy_total_ns / 1e6, c.throttled_total_ns / 1e6, dl->signals.container_share(),
                        dl->signals.OthersBusy(now), static_cast<long long>(t.launches), static_cast<long long>(t.marks),
@@ -509,7 +510,8 @@ __attribute__((destructor)) void LogSummaries() {
                        dl->controller.PeriodNs(now) / 1e6, Verdicts(*dl, Why::kNone), AllVerdicts(*dl),
                        Verdicts(*dl, Why::kBusy), Verdicts(*dl, Why::kDebt), Verdicts(*dl, Why::kMode),
                        Verdicts(*dl, Why::kProcesses), Verdicts(*dl, Why::kOff),
-                       static_cast<long long>(t.light_held), static_cast<long long>(t.light_not_alone));
+                       static_cast<long long>(t.light_held), static_cast<long long>(t.light_not_alone),
+                       dl->tracker.Overlap(), dl->controller.GivesWayByOverlap() ? "yes" : "no");
   }
 }
 

@@ -423,9 +423,13 @@ elif sys.argv[2] == "long":
 else:
     ok = abs(on["trainer"] - off["trainer"]) <= 3 and abs(on["server"] - off["server"]) <= 3
 rule = "60 +-3 with give way" if sys.argv[2] == "long" else "each within 3 of the other setting"
+runs = [r["trainer"] for r in json.load(open(sys.argv[1]))["results"] if r["step"] == "give-way-on"]
+overlap = [x["overlap"] for x in runs if "overlap" in x]
+gives = sorted({"yes" if x["gives_way"] else "no" for x in runs if "gives_way" in x})
 print("PASS" if ok else "FAIL", f"server {f(on.get('server'))} of native with give way, {f(off.get('server'))} "
       f"without; trainer {f(on.get('trainer'))} / {f(off.get('trainer'))} ({rule}); "
-      f"natively together {f(nat.get('server'))} / {f(nat.get('trainer'))}")
+      f"natively together {f(nat.get('server'))} / {f(nat.get('trainer'))}; the trainer's launches overlap "
+      f"{'/'.join(f'{v:.2f}' for v in overlap) or '?'} at exit with give way on, giving way: {'/'.join(gives) or '?'}")
 PY
         )
         row "$name" "$verdict" "$detail"
