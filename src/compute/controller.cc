@@ -302,14 +302,13 @@ bool Controller::WaiterSeen(int64_t now) {
 }
 
 bool Controller::LightWaiterSeen(int64_t now) {
-  return options_.light_waiter_queue_ns > 0 && give_way_overlap_ok_.load(kRelaxed) &&
-         (turn_->waiter.load(kRelaxed) & kLightWaiterBit) != 0 && WaiterSeen(now);
+  return GivesWayByOverlap() && (turn_->waiter.load(kRelaxed) & kLightWaiterBit) != 0 && WaiterSeen(now);
 }
 
 // Only a run that fills its share gives way: two containers below their limits take turns as
 // before.
 bool Controller::GivesWay(int64_t now) {
-  return TakesTurns() && options_.light_waiter_queue_ns > 0 && !BelowLimit(now) && LightWaiterSeen(now);
+  return TakesTurns() && !BelowLimit(now) && LightWaiterSeen(now);
 }
 
 // Within a run that fills its share: a neighbour below its limit that waits for the turn goes
@@ -319,10 +318,7 @@ bool Controller::GivesWay(int64_t now) {
 // two polls after this process's claimed work ended is not waited for again in this run (a stale
 // or forged one costs at most that).
 int64_t Controller::LightWaiterDelayNs(int64_t now) {
-  if (!TakesTurns() || options_.light_waiter_queue_ns <= 0 || !give_way_overlap_ok_.load(kRelaxed) ||
-      BelowLimit(now)) {
-    return 0;
-  }
+  if (!TakesTurns() || !GivesWayByOverlap() || BelowLimit(now)) return 0;
   const int64_t poll = std::max<int64_t>(options_.turn_poll_ns, 1);
   const int64_t claimed = claimed_until_.load(kRelaxed);
   const int64_t run = state_->run_start_ns.load(kRelaxed);
