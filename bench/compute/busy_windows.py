@@ -46,7 +46,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from trace_report import read_library, union  # noqa: E402
+from trace_report import Timeline, read_library  # noqa: E402
 
 TENTHS = 10
 FULL = 1_000_000  # ppm
@@ -73,26 +73,9 @@ def span_of_serve(path):
     return int(result["t_start"] * 1e9), int(result["t_end"] * 1e9)
 
 
-def busy_in(busy, a, b):
-    """Busy ns of the sorted, disjoint intervals `busy` within [a, b)."""
-    return sum(max(0, min(y, b) - max(x, a)) for x, y in busy if y > a and x < b)
-
-
-def window_shares(busy, t0, t1, length):
+def window_shares(timeline, t0, t1, length):
     """Busy share of each whole window of `length` ns from t0 (a partial last one is left out)."""
-    shares = []
-    start = 0  # index of the first interval that may reach the current window
-    t = t0
-    while t + length <= t1:
-        while start < len(busy) and busy[start][1] <= t:
-            start += 1
-        total, i = 0, start
-        while i < len(busy) and busy[i][0] < t + length:
-            total += max(0, min(busy[i][1], t + length) - max(busy[i][0], t))
-            i += 1
-        shares.append(total / length)
-        t += length
-    return shares
+    return [timeline.busy_ns(t, t + length) / length for t in range(t0, t1 - length + 1, length)]
 
 
 def fits_under(shares, limit):
@@ -139,16 +122,16 @@ def report(args, out=sys.stdout):
     t0, t1 = span_of_serve(args.serve_json) if args.serve_json else (int(args.span[0] * 1e9), int(args.span[1] * 1e9))
     if t1 <= t0:
         sys.exit(f"busy_windows: the span {t0 / 1e9:.3f}-{t1 / 1e9:.3f} s is empty")
-    busy = [tuple(x) for x in union(intervals)]
+    timeline = Timeline([], intervals)  # the union of the B intervals
     inside = sum(1 for a, _ in launches if t0 <= a < t1)
     slept = sum(n for t, n in sleeps if t0 <= t < t1)
-    print(f"span {(t1 - t0) / 1e9:.3f} s: busy {100.0 * busy_in(busy, t0, t1) / (t1 - t0):.1f}% "
+    print(f"span {(t1 - t0) / 1e9:.3f} s: busy {100.0 * timeline.busy_ns(t0, t1) / (t1 - t0):.1f}% "
           f"(union of {len(intervals)} measured intervals), {inside} launches, slept {slept / 1e6:.1f} ms", file=out)
     print("| window | windows | mean busy | windows per tenth of busy (0-10% ... 90-100%) | "
           + " | ".join(f"fits under {p}" for p in args.limits) + " |", file=out)
     print("|---|---|---|---|" + "---|" * len(args.limits), file=out)
     for ms in args.windows:
-        shares = window_shares(busy, t0, t1, int(ms * 1e6))
+        shares = window_shares(timeline, t0, t1, int(ms * 1e6))
         if not shares:
             print(f"| {ms:g} ms | 0 | – | – |" + " – |" * len(args.limits), file=out)
             continue
@@ -158,7 +141,8 @@ def report(args, out=sys.stdout):
               + " | ".join("–" if f is None else f"{f:.1f}" for f in fits) + " |", file=out)
     if args.replay:
         print("replayed through the limiter's budget (closed loop): "
-              + ", ".join(f"at {p:g} {replay(busy, t0, t1, p):.1f}% of the span's throughput" for p in args.limits),
+              + ", ".join(f"at {p:g} {replay(timeline.busy, t0, t1, p):.1f}% of the span's throughput"
+                          for p in args.limits),
               file=out)
 
 
