@@ -781,7 +781,7 @@ std::string Config::Describe() const {
   if (!compute_turns) AppendLine(&out, "compute turns", "off");
   if (!compute_light) AppendLine(&out, "light measurement", "off");
   if (!compute_run_hold) AppendLine(&out, "run hold", "off (a run holds the turn only while its work is claimed)");
-  if (compute_give_way) AppendLine(&out, "give way", "on (a run gives way to a waiter below its limit)");
+  if (!compute_give_way) AppendLine(&out, "give way", "off (a run keeps its queue while a waiter below its limit waits)");
   if (compute_period_ms != kDefaultComputePeriodMs) {
     AppendLine(&out, "compute period",
                compute_period_ms != 0 ? std::to_string(compute_period_ms) + " ms (runs of share x period)"

@@ -17,7 +17,7 @@
 //   compute turns         VGPU_COMPUTE_TURNS (boolean, default true; docs/compute.md, "Turns")
 //   light measurement     VGPU_COMPUTE_LIGHT (boolean, default true; docs/compute.md, "Light measurement")
 //   run hold              VGPU_COMPUTE_RUN_HOLD (boolean, default true; docs/compute.md, "Turns")
-//   give way              VGPU_COMPUTE_GIVE_WAY (boolean, default false; docs/compute.md, "Turns")
+//   give way              VGPU_COMPUTE_GIVE_WAY (boolean, default true; docs/compute.md, "Turns")
 //   compute period        VGPU_COMPUTE_PERIOD (duration 10ms..5s, or 0/off; docs/compute.md, "Slices")
 //   compute trace         VGPU_COMPUTE_TRACE (absolute file path, %p = pid; docs/compute.md, "Tracing")
 //   device UUIDs          -                                             GPU_DEVICES_UUID (comma-separated)
@@ -125,9 +125,8 @@ struct Config {
   bool compute_run_hold = true;
   // VGPU_COMPUTE_GIVE_WAY: a run that fills its share gives way to a neighbour below its limit
   // that waits for the turn, and a waiter below its limit says so (compute::ControllerOptions::
-  // light_waiter_queue_ns), unless its launches overlap (give_way_max_overlap). Off by default:
-  // not yet measured on a GPU beside a trainer of concurrent streams.
-  bool compute_give_way = false;
+  // light_waiter_queue_ns), unless its launches overlap (give_way_max_overlap). false: neither.
+  bool compute_give_way = true;
   // VGPU_COMPUTE_PERIOD: a limited process runs share x period, then rests (docs/compute.md);
   // 0 = no runs, bursts launch by launch.
   int64_t compute_period_ms = kDefaultComputePeriodMs;

@@ -171,9 +171,9 @@ std::vector<ValidCase> ValidCases() {
       {"light measurement by default", {}, [](const Config& c) { EXPECT_TRUE(c.compute_light); }},
       {"VGPU_COMPUTE_LIGHT off", {{"VGPU_COMPUTE_LIGHT", "off"}}, [](const Config& c) { EXPECT_FALSE(c.compute_light); }},
       {"run hold by default", {}, [](const Config& c) { EXPECT_TRUE(c.compute_run_hold); }},
-      {"no give way by default", {}, [](const Config& c) { EXPECT_FALSE(c.compute_give_way); }},
-      {"VGPU_COMPUTE_GIVE_WAY on", {{"VGPU_COMPUTE_GIVE_WAY", "1"}},
-       [](const Config& c) { EXPECT_TRUE(c.compute_give_way); }},
+      {"give way by default", {}, [](const Config& c) { EXPECT_TRUE(c.compute_give_way); }},
+      {"VGPU_COMPUTE_GIVE_WAY off", {{"VGPU_COMPUTE_GIVE_WAY", "0"}},
+       [](const Config& c) { EXPECT_FALSE(c.compute_give_way); }},
       {"VGPU_COMPUTE_RUN_HOLD off", {{"VGPU_COMPUTE_RUN_HOLD", "false"}},
        [](const Config& c) { EXPECT_FALSE(c.compute_run_hold); }},
       {"runs of 50 ms by default", {}, [](const Config& c) { EXPECT_EQ(c.compute_period_ms, 50); }},
@@ -636,7 +636,7 @@ TEST(DescribeTest, ComputeSwitchesOffTheirDefaultsAreListed) {
            Switch{"VGPU_COMPUTE_LIGHT", "false", "light measurement: off", "light measurement"},
            Switch{"VGPU_COMPUTE_RUN_HOLD", "off", "run hold: off (a run holds the turn only while its work is claimed)",
                   "run hold"},
-           Switch{"VGPU_COMPUTE_GIVE_WAY", "true", "give way: on (a run gives way to a waiter below its limit)",
+           Switch{"VGPU_COMPUTE_GIVE_WAY", "false", "give way: off (a run keeps its queue while a waiter below its limit waits)",
                   "give way"},
        }) {
     SCOPED_TRACE(s.variable);

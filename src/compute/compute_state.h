@@ -136,7 +136,7 @@ struct alignas(16) GpuTurn {
   // whose run has ended does not open another while a waiter is fresh: it lets the waiter go
   // first (ControllerOptions::max_yield_ns bounds that). Zero in boards written by the first
   // libraries, which neither read nor write it. Its low bit (with ControllerOptions::
-  // light_waiter_queue_ns, off by default): the waiter runs below its limit, and a run that fills
+  // light_waiter_queue_ns, on by default): the waiter runs below its limit, and a run that fills
   // its share gives way to it; tokens are drawn with that bit clear and compared without it.
   std::atomic<uint64_t> waiter;        // 16 any (store)
   std::atomic<int64_t> waiter_seen_ns;  // 24 any (store)

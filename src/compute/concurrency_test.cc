@@ -348,7 +348,7 @@ TEST(ConcurrencyTest, ColocatedSynchronisingContainersEachGetTheirShare) {
 // alone, never throttled alone at 30), waited for the trainer's runs and got 41% of its native
 // rate beside a trainer of 2 ms kernels at 60 (40.5 with a 120 us hand-over). A waiter below its
 // limit says so on the turn, and a run that fills its share gives way to it and keeps at most
-// 1 ms queued while one waits (ControllerOptions::light_waiter_queue_ns, off by default): 55.1,
+// 1 ms queued while one waits (ControllerOptions::light_waiter_queue_ns, on by default): 55.1,
 // the trainer 57.9. One stream of narrow 50 us kernels loses nothing to it. A trainer of 16
 // streams of such kernels lost most of its work to it (22.6-24.4% of its native rate, busy 59%:
 // its queues drained at every step of the server) until a process whose launches overlap gave
@@ -372,8 +372,9 @@ TEST(ConcurrencyTest, AServerBelowItsLimitBesideATrainerIsNotHeldForTheTrainersR
   streams.skip_full = true;
   streams.queue_counts_events = false;
   const double server_native = ColocatedWork({server}, {0})[0];
-  ControllerOptions on;
-  on.light_waiter_queue_ns = ControllerOptions::kGiveWayQueueNs;
+  const ControllerOptions on;  // gives way by default
+  ControllerOptions off;
+  off.light_waiter_queue_ns = 0;
   const struct {
     const char* name;
     WorkloadSpec trainer;
@@ -383,7 +384,7 @@ TEST(ConcurrencyTest, AServerBelowItsLimitBesideATrainerIsNotHeldForTheTrainersR
     SCOPED_TRACE(c.name);
     const std::vector<WorkloadSpec> pair = {server, c.trainer};
     const double trainer_native = ColocatedWork({c.trainer}, {0})[0];
-    const std::vector<double> before = ColocatedWork(pair, {30, 60});
+    const std::vector<double> before = ColocatedWork(pair, {30, 60}, off);
     const std::vector<double> now = ColocatedWork(pair, {30, 60}, on);
     const double server_before = 100.0 * before[0] / server_native, server_now = 100.0 * now[0] / server_native;
     const double trainer_before = 100.0 * before[1] / trainer_native, trainer_now = 100.0 * now[1] / trainer_native;

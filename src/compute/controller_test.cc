@@ -738,8 +738,7 @@ TEST(ControllerTurnTest, AHolderLetsAWaitingContainerGoBeforeItsNextRun) {
 // turn (no hold past its claimed work, and the run is not contended), and afterwards keeps at most
 // light_waiter_queue_ns of work claimed ahead. A saturating waiter sets no mark.
 TEST(ControllerTurnTest, ARunGivesWayToAWaiterBelowItsLimit) {
-  ControllerOptions options;  // runs of 50 ms: 30 ms at 60 (b)
-  options.light_waiter_queue_ns = ControllerOptions::kGiveWayQueueNs;
+  const ControllerOptions options;  // runs of 50 ms: 30 ms at 60 (b); gives way by default
   TurnPair p(options);
   int64_t t = kStart + 100 * kMs;  // the runs the constructor opened are over
   p.state_a.vclock_ns.store(t - 300 * kMs);  // a banked 300 ms (at most 333 at 30)
@@ -783,8 +782,7 @@ TEST(ControllerTurnTest, ARunGivesWayToAWaiterBelowItsLimit) {
 // its queues at every step of the waiter. Giving way lowers the overlap, so it starts again only
 // once the overlap is well below the line (give_way_resume_overlap).
 TEST(ControllerTurnTest, ARunWhoseLaunchesOverlapDoesNotGiveWay) {
-  ControllerOptions options;
-  options.light_waiter_queue_ns = ControllerOptions::kGiveWayQueueNs;
+  const ControllerOptions options;  // gives way by default
   const int64_t t = kStart + 100 * kMs;
   struct Step {
     double overlap;

@@ -75,7 +75,7 @@ bool g_priorities = false;            // CUDA_TASK_PRIORITY given: unlimited dev
 bool g_turns = true;                  // VGPU_COMPUTE_TURNS
 bool g_light = true;                  // VGPU_COMPUTE_LIGHT
 bool g_run_hold = true;               // VGPU_COMPUTE_RUN_HOLD
-bool g_give_way = false;              // VGPU_COMPUTE_GIVE_WAY
+bool g_give_way = true;               // VGPU_COMPUTE_GIVE_WAY
 int64_t g_period_ns = 0;              // VGPU_COMPUTE_PERIOD (0: bursts; set from the config)
 ledger::Board* g_board = nullptr;     // the node-wide board, or nullptr (priorities then inactive)
 compute::ComputeTrace* g_trace = nullptr;  // VGPU_COMPUTE_TRACE, or nullptr; never destroyed
@@ -170,7 +170,7 @@ DeviceLimiter* CreateLocked(Registry& r, int device, CUcontext ctx) {
     options.run_hold_ns = 0;
     options.charge_held_runs = false;
   }
-  if (g_give_way) options.light_waiter_queue_ns = compute::ControllerOptions::kGiveWayQueueNs;
+  if (!g_give_way) options.light_waiter_queue_ns = 0;
   options.period_ns = g_period_ns;
   auto* created = new (std::nothrow) DeviceLimiter(device, ledger->ComputeState(device), ledger->ComputeBusy(device),
                                                    LimitsOf(*ledger, device), ctx, uuid, board, turn, options);

@@ -336,12 +336,18 @@ TEST_F(ComputeTest, TheExitSummarySaysWhyLightMeasurementWasNotUsed) {
 }
 
 // The summary also says how many of the process's launches overlapped and whether its runs would
-// give way to a neighbour below its limit (VGPU_COMPUTE_GIVE_WAY, and an overlap below 2): one
-// stream overlaps nothing.
+// give way to a neighbour below its limit (VGPU_COMPUTE_GIVE_WAY, on by default, and an overlap
+// below 2): one stream overlaps nothing.
 TEST_F(ComputeTest, TheExitSummaryGivesTheLaunchesOverlapAndWhetherTheyGiveWay) {
-  for (const char* give_way : {"false", "true"}) {
-    SCOPED_TRACE(give_way);
-    Env env = VgpuEnv({{"CUDA_DEVICE_SM_LIMIT", "60"}, {"LIBCUDA_LOG_LEVEL", "4"}, {"VGPU_COMPUTE_GIVE_WAY", give_way}});
+  const struct {
+    const char* give_way;  // nullptr: unset
+    const char* gives;
+  } cases[] = {{nullptr, "yes"}, {"false", "no"}, {"true", "yes"}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.give_way != nullptr ? c.give_way : "unset");
+    Env limits = {{"CUDA_DEVICE_SM_LIMIT", "60"}, {"LIBCUDA_LOG_LEVEL", "4"}};
+    if (c.give_way != nullptr) limits["VGPU_COMPUTE_GIVE_WAY"] = c.give_way;
+    Env env = VgpuEnv(limits);
     const RunResult r = Run({"compute_loop", "2000", "500", "plain"}, env);
     EXPECT_EQ(r.exit_code, 0) << Describe(r);
     const size_t at = r.err.find("launches overlap ");
@@ -351,7 +357,7 @@ TEST_F(ComputeTest, TheExitSummaryGivesTheLaunchesOverlapAndWhetherTheyGiveWay) 
     ASSERT_EQ(std::sscanf(r.err.c_str() + at, "launches overlap %lf (gives way: %3[a-z])", &overlap, gives), 2)
         << r.err.substr(at);
     EXPECT_DOUBLE_EQ(overlap, 1.0);
-    EXPECT_STREQ(gives, std::string(give_way) == "true" ? "yes" : "no");
+    EXPECT_STREQ(gives, c.gives);
   }
 }
 
