@@ -10,6 +10,10 @@ namespace {
 
 constexpr size_t kMaxIdleHandles = 4;
 constexpr size_t kMaxBodyBytes = 64 * 1024 * 1024;  // a pod list of a busy node is far smaller
+// How often a transfer the caller may stop (a watch) looks at its stop flag while no data comes.
+// libcurl's progress callback runs only about once a second on an idle connection, which made
+// every daemon stop wait up to a second for its node watch.
+constexpr int kStopPollMs = 50;
 
 void GlobalInit() {
   static std::once_flag once;
@@ -107,13 +111,41 @@ size_t OnData(char* data, size_t size, size_t count, void* user) {
   return bytes;
 }
 
-int OnProgress(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
-  auto* transfer = static_cast<Transfer*>(user);
-  if (transfer->stop != nullptr && transfer->stop->load()) {
-    transfer->stopped_by_caller = true;
-    return 1;  // aborts the transfer
+// Runs the transfer on a multi handle of its own, waking every kStopPollMs to look at the
+// caller's stop flag: a stop ends it within that, whether data flows or not.
+CURLcode PerformStoppable(CURL* curl, Transfer* transfer) {
+  CURLM* multi = curl_multi_init();
+  if (multi == nullptr) return CURLE_OUT_OF_MEMORY;
+  if (curl_multi_add_handle(multi, curl) != CURLM_OK) {
+    curl_multi_cleanup(multi);
+    return CURLE_FAILED_INIT;
   }
-  return 0;
+  CURLcode result = CURLE_OK;
+  for (;;) {
+    int running = 0;
+    if (curl_multi_perform(multi, &running) != CURLM_OK) {
+      result = CURLE_FAILED_INIT;
+      break;
+    }
+    bool done = running == 0;
+    int queued = 0;
+    while (CURLMsg* message = curl_multi_info_read(multi, &queued)) {
+      if (message->msg == CURLMSG_DONE && message->easy_handle == curl) {
+        result = message->data.result;
+        done = true;
+      }
+    }
+    if (done) break;
+    if (transfer->stop->load()) {
+      transfer->stopped_by_caller = true;
+      result = CURLE_ABORTED_BY_CALLBACK;
+      break;
+    }
+    curl_multi_poll(multi, nullptr, 0, kStopPollMs, nullptr);
+  }
+  curl_multi_remove_handle(multi, curl);
+  curl_multi_cleanup(multi);
+  return result;
 }
 
 // The ApiResponse for a finished transfer: a transport failure is "no answer" (status 0), a
@@ -281,17 +313,12 @@ ApiResponse HttpKubeApi::PerformOnce(const Request& request, const std::string& 
   if (!options_.ca_file.empty()) curl_easy_setopt(curl, CURLOPT_CAINFO, options_.ca_file.c_str());
   curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, OnData);
   curl_easy_setopt(curl, CURLOPT_WRITEDATA, &transfer);
-  if (watch) {
-    curl_easy_setopt(curl, CURLOPT_NOPROGRESS, 0L);
-    curl_easy_setopt(curl, CURLOPT_XFERINFOFUNCTION, OnProgress);
-    curl_easy_setopt(curl, CURLOPT_XFERINFODATA, &transfer);
-  }
   if (std::string(request.method) != "GET") {
     curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, request.method);
     curl_easy_setopt(curl, CURLOPT_POSTFIELDS, request.body.c_str());
     curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE, static_cast<long>(request.body.size()));
   }
-  CURLcode code = curl_easy_perform(curl);
+  CURLcode code = request.stop != nullptr ? PerformStoppable(curl, &transfer) : curl_easy_perform(curl);
   long http_status = 0;
   curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &http_status);
   curl_slist_free_all(headers);

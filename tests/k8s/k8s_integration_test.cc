@@ -577,6 +577,29 @@ TEST_F(K8sIntegrationTest, KubeClientWatchesANode) {
   EXPECT_EQ(seen, (std::vector<std::string>{"MODIFIED:1", "MODIFIED:2"}));
 }
 
+// A watch the caller stops ends soon after, while the server sends nothing: the node reporter's
+// watch is what a daemon stopping waits for (libcurl's progress callback alone made it wait up
+// to a second).
+TEST_F(K8sIntegrationTest, KubeClientWatchEndsSoonAfterItsStop) {
+  StartApiServer();
+  const std::string version = JsonString(Get(NodePath(kNode)), {"metadata", "resourceVersion"});
+  for (int round = 0; round < 3; ++round) {
+    SCOPED_TRACE(round);
+    std::atomic<bool> stop{false};
+    std::chrono::steady_clock::time_point stopped_at;
+    std::thread stopper([&] {
+      std::this_thread::sleep_for(300ms);
+      stopped_at = std::chrono::steady_clock::now();
+      stop = true;
+    });
+    ApiResponse end = api_->Watch(NodeWatchPath(kNode, version, 30), [](const Json&) { return true; }, &stop);
+    const auto ended_at = std::chrono::steady_clock::now();
+    stopper.join();
+    EXPECT_TRUE(end.ok()) << end.Describe();  // stopped by its caller: a normal end
+    EXPECT_LT(ended_at - stopped_at, 400ms);
+  }
+}
+
 TEST_F(K8sIntegrationTest, KubeClientRefusesAnUnknownCertificateAndAMissingToken) {
   StartApiServer();
   // A CA that did not sign the server: TLS verification fails, no answer.
