@@ -167,9 +167,9 @@ struct ControllerOptions {
   // kernels at 60, got 40.5% of its native rate in the simulation (the trainer's run held the
   // turn, and its queue reached 20 ms); with it 55.1, the trainer 57.9. A saturating neighbour
   // banks nothing and never sets the bit: the hold and held runs' charge apply to it as before.
-  // On the H200 (2026-11-28) 55.4 and 41.4, the trainer 60.0 / 59.9; the concurrency matrix,
-  // co-located groups included, passed whole with it. kGiveWayQueueNs (the default) is on
-  // (VGPU_COMPUTE_GIVE_WAY, default true); 0: off.
+  // On the H200 (2026-11-28) that server got 55.4% of its native rate with it and 41.4 without,
+  // the trainer 60.0 / 59.9, and the concurrency matrix, co-located groups included, passed
+  // whole with it. kGiveWayQueueNs (the default): on (VGPU_COMPUTE_GIVE_WAY, default true); 0: off.
   static constexpr int64_t kGiveWayQueueNs = 1'000'000;
   int64_t light_waiter_queue_ns = kGiveWayQueueNs;
   // ... but not while the process's launches overlap on the GPU (SetOverlap, BusyTracker::Overlap)
