@@ -188,6 +188,9 @@ Status K8sPlugin::Start() {
 }
 
 void K8sPlugin::Stop() {
+  // Requests to the API server in flight (the reporter's, an Allocate's) would otherwise hold
+  // the stop for up to their timeout.
+  if (parts_->api) parts_->api->CancelAll();
   if (parts_->reporter) parts_->reporter->Stop();
   parts_->inventory.Shutdown();
   parts_->registrar->Stop();

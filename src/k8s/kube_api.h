@@ -44,6 +44,9 @@ class KubeApi {
   // ends the stream. Returns the final status (ok when the server ended the stream normally).
   virtual ApiResponse Watch(const std::string& path, const std::function<bool(const Json& event)>& on_event,
                             const std::atomic<bool>* stop) = 0;
+  // For a daemon that stops: every request in flight ends soon after (unanswered, or a watch's
+  // normal end), and every later one fails at once. Final.
+  virtual void CancelAll() {}
 };
 
 // Paths. Names are used verbatim (Kubernetes names are DNS labels/subdomains; anything else is

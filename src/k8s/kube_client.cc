@@ -14,6 +14,7 @@ constexpr size_t kMaxBodyBytes = 64 * 1024 * 1024;  // a pod list of a busy node
 // libcurl's progress callback runs only about once a second on an idle connection, which made
 // every daemon stop wait up to a second for its node watch.
 constexpr int kStopPollMs = 50;
+constexpr char kCancelled[] = "the API client was stopped (the daemon is shutting down)";
 
 void GlobalInit() {
   static std::once_flag once;
@@ -65,6 +66,11 @@ struct Transfer {
   const std::atomic<bool>* stop = nullptr;
   std::string pending;
   bool stopped_by_caller = false;
+  const std::atomic<bool>* cancelled = nullptr;  // HttpKubeApi::CancelAll, for every request
+
+  bool StopWanted() const {
+    return (stop != nullptr && stop->load()) || (cancelled != nullptr && cancelled->load());
+  }
 };
 
 size_t OnData(char* data, size_t size, size_t count, void* user) {
@@ -98,7 +104,7 @@ size_t OnData(char* data, size_t size, size_t count, void* user) {
     } catch (const std::exception&) {
       more = false;
     }
-    if (!more || (transfer->stop != nullptr && transfer->stop->load())) {
+    if (!more || transfer->StopWanted()) {
       transfer->stopped_by_caller = true;
       return 0;
     }
@@ -109,6 +115,15 @@ size_t OnData(char* data, size_t size, size_t count, void* user) {
     return 0;
   }
   return bytes;
+}
+
+// Any request: ends the transfer once CancelAll was called (libcurl calls this about once a second
+// while it waits, and as data flows).
+int OnProgress(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
+  auto* transfer = static_cast<Transfer*>(user);
+  if (!transfer->StopWanted()) return 0;
+  transfer->stopped_by_caller = true;
+  return 1;  // aborts the transfer
 }
 
 // Runs the transfer on a multi handle of its own, waking every kStopPollMs to look at the
@@ -136,7 +151,7 @@ CURLcode PerformStoppable(CURL* curl, Transfer* transfer) {
       }
     }
     if (done) break;
-    if (transfer->stop->load()) {
+    if (transfer->StopWanted()) {
       transfer->stopped_by_caller = true;
       result = CURLE_ABORTED_BY_CALLBACK;
       break;
@@ -157,6 +172,11 @@ ApiResponse Interpret(const std::string& what, bool watch, CURLcode code, int ht
   if (code != CURLE_OK) {
     if (watch && transfer.stopped_by_caller) {
       response.http_status = http_status == 0 ? 200 : http_status;
+      return response;
+    }
+    if (transfer.stopped_by_caller) {  // CancelAll
+      response.http_status = 0;
+      response.error = kCancelled;
       return response;
     }
     if (transfer.too_large) {
@@ -271,7 +291,10 @@ void HttpKubeApi::ReleaseHandle(void* handle) {
   }
 }
 
+void HttpKubeApi::CancelAll() { cancelled_ = true; }
+
 ApiResponse HttpKubeApi::Perform(const Request& request) {
+  if (cancelled_) return {0, kCancelled, nullptr};
   std::string token;
   if (Status status = Token(false, &token); !status.ok) return {0, status.message, nullptr};
   ApiResponse response = PerformOnce(request, token);
@@ -299,6 +322,7 @@ ApiResponse HttpKubeApi::PerformOnce(const Request& request, const std::string& 
   transfer.curl = curl;
   transfer.on_event = request.on_event;
   transfer.stop = request.stop;
+  transfer.cancelled = &cancelled_;
   char error_buffer[CURL_ERROR_SIZE] = {};
   curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
   curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
@@ -313,6 +337,9 @@ ApiResponse HttpKubeApi::PerformOnce(const Request& request, const std::string& 
   if (!options_.ca_file.empty()) curl_easy_setopt(curl, CURLOPT_CAINFO, options_.ca_file.c_str());
   curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, OnData);
   curl_easy_setopt(curl, CURLOPT_WRITEDATA, &transfer);
+  curl_easy_setopt(curl, CURLOPT_NOPROGRESS, 0L);
+  curl_easy_setopt(curl, CURLOPT_XFERINFOFUNCTION, OnProgress);
+  curl_easy_setopt(curl, CURLOPT_XFERINFODATA, &transfer);
   if (std::string(request.method) != "GET") {
     curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, request.method);
     curl_easy_setopt(curl, CURLOPT_POSTFIELDS, request.body.c_str());

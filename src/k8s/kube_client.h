@@ -8,6 +8,7 @@
 // Thread safety: all methods may be called from any number of threads.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -47,6 +48,9 @@ class HttpKubeApi : public KubeApi {
   ApiResponse MergePatch(const std::string& path, const Json& patch) override;
   ApiResponse Watch(const std::string& path, const std::function<bool(const Json& event)>& on_event,
                     const std::atomic<bool>* stop) override;
+  // A watch ends within kStopPollMs, any other request at libcurl's next progress call (about a
+  // second while it waits for the server, at once while data flows).
+  void CancelAll() override;
 
   // How many times the token file has been read (for tests of the re-read).
   int token_reads() const;
@@ -62,6 +66,7 @@ class HttpKubeApi : public KubeApi {
   void ReleaseHandle(void* handle);
 
   const KubeClientOptions options_;
+  std::atomic<bool> cancelled_{false};  // CancelAll
   mutable std::mutex mu_;
   std::string token_;                                   // guarded by mu_
   std::chrono::steady_clock::time_point token_read_at_;  // guarded by mu_

@@ -8,9 +8,12 @@
 // recovers after health_recovery) when vgpu-node is part of the build (VGPU_NODE_BINARY);
 // otherwise vgpu-k8s-test-node, which hosts the same module with the same two GPUs read from a
 // file. The GPUs, and so every golden string, are the same for both.
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -598,6 +601,46 @@ TEST_F(K8sIntegrationTest, KubeClientWatchEndsSoonAfterItsStop) {
     EXPECT_TRUE(end.ok()) << end.Describe();  // stopped by its caller: a normal end
     EXPECT_LT(ended_at - stopped_at, 400ms);
   }
+}
+
+// CancelAll (a daemon stopping) ends a request the server never answers soon after, not at its
+// timeout, and every later request fails at once.
+TEST_F(K8sIntegrationTest, KubeClientCancelAllEndsARequestTheServerNeverAnswers) {
+  StartApiServer();  // for its CA
+  const int listener = socket(AF_INET, SOCK_STREAM, 0);  // connections queue here, never accepted
+  ASSERT_GE(listener, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof(address);
+  ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+  ASSERT_EQ(listen(listener, 4), 0);
+  ASSERT_EQ(getsockname(listener, reinterpret_cast<sockaddr*>(&address), &length), 0);
+  KubeClientOptions options;
+  options.server = "https://127.0.0.1:" + std::to_string(ntohs(address.sin_port));
+  options.ca_file = dir_ + "/api/ca.crt";
+  options.connect_timeout_ms = 10000;  // the TLS handshake waits for an answer this long
+  options.timeout_ms = 10000;
+  Status status;
+  auto silent = HttpKubeApi::Create(options, &status);
+  ASSERT_TRUE(silent) << status.message;
+  std::chrono::steady_clock::time_point cancelled_at;
+  std::thread canceller([&] {
+    std::this_thread::sleep_for(300ms);
+    cancelled_at = std::chrono::steady_clock::now();
+    silent->CancelAll();
+  });
+  const ApiResponse unanswered = silent->Get(NodePath(kNode));
+  const auto ended_at = std::chrono::steady_clock::now();
+  canceller.join();
+  EXPECT_EQ(unanswered.http_status, 0);
+  EXPECT_NE(unanswered.error.find("shutting down"), std::string::npos) << unanswered.error;
+  EXPECT_LT(ended_at - cancelled_at, 1500ms);
+  const auto later_at = std::chrono::steady_clock::now();
+  const ApiResponse later = silent->MergePatch(NodePath(kNode), AnnotationPatch({{"a", "1"}}));
+  EXPECT_LT(std::chrono::steady_clock::now() - later_at, 100ms);
+  EXPECT_NE(later.error.find("shutting down"), std::string::npos) << later.error;
+  close(listener);
 }
 
 TEST_F(K8sIntegrationTest, KubeClientRefusesAnUnknownCertificateAndAMissingToken) {
