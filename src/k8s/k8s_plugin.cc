@@ -189,7 +189,9 @@ Status K8sPlugin::Start() {
 
 void K8sPlugin::Stop() {
   // Requests to the API server in flight (the reporter's, an Allocate's) would otherwise hold
-  // the stop for up to their timeout.
+  // the stop for up to their timeout. The reporter is told first, so that a request it sees
+  // cancelled reads as its stop, not as a failure to warn about.
+  if (parts_->reporter) parts_->reporter->BeginStop();
   if (parts_->api) parts_->api->CancelAll();
   if (parts_->reporter) parts_->reporter->Stop();
   parts_->inventory.Shutdown();

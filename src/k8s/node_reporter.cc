@@ -31,13 +31,17 @@ void NodeReporter::Start() {
   watch_thread_ = std::thread(guarded(&NodeReporter::WatchLoop, "watch"));
 }
 
-void NodeReporter::Stop() {
+void NodeReporter::BeginStop() {
   stop_ = true;
   {
     std::lock_guard<std::mutex> lock(mu_);
     requested_ = true;
   }
   wake_.notify_all();
+}
+
+void NodeReporter::Stop() {
+  BeginStop();
   if (report_thread_.joinable()) report_thread_.join();
   if (watch_thread_.joinable()) watch_thread_.join();
 }
@@ -69,7 +73,7 @@ void NodeReporter::ReportLoop() {
   while (!stop_) {
     seen = inventory_->version();
     Status status = ReportNow();
-    if (!status.ok) VGPU_ERROR("%s", status.message.c_str());
+    if (!status.ok && !stop_) VGPU_ERROR("%s", status.message.c_str());  // with stop_: cancelled
     const auto wait = status.ok ? options_.interval : options_.retry;
     const auto deadline = std::chrono::steady_clock::now() + wait;
     std::unique_lock<std::mutex> lock(mu_);
@@ -109,7 +113,7 @@ void NodeReporter::WatchLoop() {
       // The server closed the watch (timeoutSeconds): reopen at once, unless it closes at once.
       if (end.ok() && std::chrono::steady_clock::now() - opened > std::chrono::seconds(1)) continue;
       if (!end.ok()) VGPU_WARN("watch on node %s ended: %s", options_.node_name.c_str(), end.Describe().c_str());
-    } else {
+    } else if (!stop_) {  // with stop_: cancelled (KubeApi::CancelAll)
       VGPU_WARN("cannot read node %s: %s", options_.node_name.c_str(), node.Describe().c_str());
     }
     std::unique_lock<std::mutex> lock(mu_);

@@ -42,6 +42,8 @@ class NodeReporter {
   ~NodeReporter();
 
   void Start();
+  // Tells the threads to end (a request in flight still runs to its end); Stop() also joins them.
+  void BeginStop();
   void Stop();
 
   // Reports once now (also used by the thread). Errors name the node and the API answer.
