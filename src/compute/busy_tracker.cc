@@ -96,6 +96,12 @@ double BusyTracker::EstimateLocked(const StreamState& st) const {
   return has_default_estimate_ ? default_estimate_ns_ : 0.0;
 }
 
+// The estimate of a launch of one kind (StreamState::kinds): its kind's, once learned.
+double BusyTracker::EstimateLocked(const StreamState& st, bool graph) const {
+  const KindEstimate& kind = st.kinds[graph ? 1 : 0];
+  return kind.launches > 0 ? kind.busy_ns / kind.launches : EstimateLocked(st);
+}
+
 // --- Events --------------------------------------------------------------------------------
 
 bool BusyTracker::AcquireEventLocked(EventId* event) {
@@ -135,7 +141,7 @@ bool BusyTracker::RecordLocked(StreamState& st, bool begin, bool deep, int64_t n
   st.pending.push_back(PendingMark{event, begin ? 0 : st.tail_launches, begin,
                                    !begin && st.gap_unmarked, deep, begin ? 0 : st.tail_estimate_ns,
                                    now, own_horizon_, due, begin ? 0 : st.tail_first_return_ns,
-                                   begin ? 0 : st.last_launch_ns});
+                                   begin ? 0 : st.last_launch_ns, begin ? 0 : st.tail_graphs});
   st.gap_unmarked = false;
   ++stats_.marks;
   if (begin) ++stats_.begins;
@@ -145,6 +151,7 @@ bool BusyTracker::RecordLocked(StreamState& st, bool begin, bool deep, int64_t n
   st.has_last_event = true;
   st.last_event_is_begin = begin;
   st.tail_launches = 0;
+  st.tail_graphs = 0;
   st.tail_estimate_ns = 0;
   st.last_mark_ns = now;
   return true;
@@ -355,7 +362,9 @@ int64_t BusyTracker::AfterLaunch(const LaunchTicket& ticket, bool launched, int6
   if (ticket.slot >= 0 && slots_[ticket.slot].generation == ticket.generation &&
       slots_[ticket.slot].in_use && !slots_[ticket.slot].retired) {
     StreamState& st = slots_[ticket.slot];
-    estimate = std::llround(EstimateLocked(st));
+    const bool graph = !ticket.starts_after_return;
+    estimate = std::llround(EstimateLocked(st, graph));
+    if (graph) ++st.tail_graphs;
     if (st.last_submit_ns > 0) {  // a share, not a mean: a rest between two launches is one period
       const bool slower = static_cast<double>(ticket.submit_ns - st.last_submit_ns) >
                           options_.launch_slower_ratio * st.deep_cost_ns;
@@ -546,6 +555,11 @@ void BusyTracker::LearnLocked(StreamState& st, const PendingMark& mark, const Me
   st.estimate_launches = st.estimate_launches * (1 - g) + mark.launches;
   st.estimate_ns = st.estimate_busy_ns / st.estimate_launches;
   st.has_estimate = true;
+  if (mark.graphs == 0 || mark.graphs == mark.launches) {  // one kind only
+    KindEstimate& kind = st.kinds[mark.graphs == 0 ? 0 : 1];
+    kind.busy_ns = kind.busy_ns * (1 - g) + static_cast<double>(busy_ns);
+    kind.launches = kind.launches * (1 - g) + mark.launches;
+  }
   default_estimate_ns_ = has_default_estimate_
                              ? default_estimate_ns_ + g * (per_launch - default_estimate_ns_)
                              : per_launch;

@@ -47,11 +47,12 @@
 // is a sample of a launch's cost for the uniform-stream test like a deep one: a stream whose
 // queue runs dry between launches has no deep intervals.
 //
-// Estimates. Each stream keeps an EWMA of busy time per launch. AfterLaunch returns the estimate
-// for the launch (the limiter charges it at submission, so the budget reacts before completion);
-// Poll reports, per batch of completed intervals, the measured busy time and the estimates that
-// were charged for the launches they cover, so the caller charges the difference. Work whose
-// marks are lost (event errors, a reset) keeps its estimate as its charge.
+// Estimates. Each stream keeps an EWMA of busy time per launch, one per kind of launch (kernels,
+// graphs: StreamState::kinds). AfterLaunch returns the estimate for the launch (the limiter
+// charges it at submission, so the budget reacts before completion); Poll reports, per batch of
+// completed intervals, the measured busy time and the estimates that were charged for the
+// launches they cover, so the caller charges the difference. Work whose marks are lost (event
+// errors, a reset) keeps its estimate as its charge.
 //
 // Queue bound. Work already on the GPU cannot be throttled any more, and its cost is known only
 // after it ran, so a stream may have only a bounded amount queued: at most `window` unfinished
@@ -386,6 +387,13 @@ class BusyTracker {
     int64_t first_return_ns;   // when the first covered launch's call returned (0: none, or a
                                // launch that may start before it: LaunchTicket)
     int64_t last_return_ns;    // ... and the last one's
+    int32_t graphs;            // of `launches`, graph launches (LaunchTicket::starts_after_return false)
+  };
+  // Busy time per launch of one kind of launch on a stream: decaying sums, as the stream's own
+  // estimate (StreamState::kinds).
+  struct KindEstimate {
+    double busy_ns = 0;
+    double launches = 0;
   };
   // The least delay of the begins recorded in one delay window (BusyTrackerOptions::
   // delay_window_ns).
@@ -432,6 +440,16 @@ class BusyTracker {
     double estimate_busy_ns = 0;     // measured busy time and launches, decaying per interval
     double estimate_launches = 0;
     bool has_estimate = false;
+    // The estimate by kind of launch, [0] kernels and [1] graphs, each learned from intervals of
+    // its kind alone: on one stream they can differ by orders of magnitude (a server's decode
+    // step replayed from a graph, 5 ms, between its prefills' eager kernels of ~20 us), and the
+    // stream's own estimate, dominated by the graphs, charged each prefill's first kernels
+    // milliseconds apiece at submission (on an H200 ~30 ms too much at every prefill's start):
+    // light measurement charges those estimates for good, so at a limit of 99 the server waited
+    // ~0.1 s per run, and each wait held light measurement off for light_hold_ns. The stream's
+    // estimate stands in for a kind not yet seen.
+    KindEstimate kinds[2];
+    int32_t tail_graphs = 0;         // of tail_launches, graph launches
     // Length per launch of deep (gap-free) intervals only: EWMA and decaying maximum.
     double deep_cost_ns = 0;
     double deep_max_ns = 0;
@@ -487,6 +505,7 @@ class BusyTracker {
   int64_t AddOwnLocked(int64_t begin, int64_t end);
   void ReadRingLocked();
   double EstimateLocked(const StreamState& st) const;
+  double EstimateLocked(const StreamState& st, bool graph) const;
   bool QueuedDeepLocked(const StreamState& st) const;
   bool UniformCostLocked(const StreamState& st) const;
   double SingleBoundLocked(const StreamState& st) const;

@@ -534,6 +534,26 @@ TEST(BusyTrackerTest, EstimatesFollowTheMeasuredCostPerLaunch) {
   EXPECT_EQ(rig.result.unmeasured_ns, 0);
 }
 
+// A server's stream: decode steps replayed from graphs of milliseconds between bursts of eager
+// kernels of microseconds. Each kind is charged its own cost at submission, not the stream's mix.
+TEST(BusyTrackerTest, GraphsAndKernelsOnOneStreamAreEstimatedApart) {
+  Rig rig;
+  rig.LaunchEvery(rig.s0, 20 * kUs, 100 * kUs, 10);
+  for (int i = 0; i < 10; ++i) {
+    ASSERT_TRUE(rig.Launch(rig.s0, 5 * kMs, /*graph=*/true));
+    rig.Advance(6 * kMs);
+    rig.Measured();
+  }
+  EXPECT_NEAR(rig.last_estimate, 5 * kMs, 10 * kUs);
+  ASSERT_TRUE(rig.Launch(rig.s0, 20 * kUs));
+  EXPECT_NEAR(rig.last_estimate, 20 * kUs, 1 * kUs) << "the kernels' cost, not the graphs'";
+  rig.Advance(100 * kUs);
+  ASSERT_TRUE(rig.Launch(rig.s0, 5 * kMs, /*graph=*/true));
+  EXPECT_NEAR(rig.last_estimate, 5 * kMs, 10 * kUs);
+  rig.Advance(6 * kMs);
+  EXPECT_EQ(rig.Measured(), rig.Truth());
+}
+
 TEST(BusyTrackerTest, NewStreamWithUnknownCostIsProbedBeforeFillingTheQueue) {
   BusyTrackerOptions options = ExactOptions();
   options.probe_launches = 3;
