@@ -60,6 +60,7 @@ struct Simulation::Process {
 struct Simulation::Thread {
   Process* process;
   WorkloadSpec spec;
+  LaunchPhase wave;  // the spec's own launches (WorkloadSpec::trough)
   std::mt19937_64 rng;
   int64_t ready_ns = 0;       // next step; kNever while waiting on the GPU
   enum class Wait { kNone, kSync, kQueue, kAnyQueue } wait = Wait::kNone;
@@ -106,6 +107,7 @@ void Simulation::AddThread(int process, const WorkloadSpec& workload) {
   auto t = std::make_unique<Thread>();
   t->process = processes_[process].get();
   t->spec = workload;
+  t->wave = LaunchPhase{workload.kernels_ns, workload.graph_kernels, workload.sync_every, workload.think_ns};
   t->rng.seed(workload.seed);
   t->ready_ns = workload.start_ns;
   for (int i = 0; i < std::max(workload.streams, 1); ++i) {
@@ -124,9 +126,17 @@ bool Simulation::HasRoomForBatch(const Thread& th, int stream) const {
   return Queued(th.spec, stream) + std::max(th.spec.batch, 1) <= th.spec.max_queue;
 }
 
+// The launches a thread's workload makes at `t` (WorkloadSpec::trough).
+const LaunchPhase& Simulation::PhaseAt(const Thread& th, int64_t t) {
+  const WorkloadSpec& w = th.spec;
+  if (w.trough_ns > 0 && (t - w.start_ns) % (w.wave_ns + w.trough_ns) >= w.wave_ns) return w.trough;
+  return th.wave;
+}
+
 void Simulation::StepLaunch(Thread& th, int64_t t) {
   Process& p = *th.process;
   const WorkloadSpec& w = th.spec;
+  const LaunchPhase& phase = PhaseAt(th, t);
   const int batch = std::max(w.batch, 1);
   if (w.skip_full && th.in_batch == 0) {
     const int n = static_cast<int>(th.streams.size());
@@ -162,19 +172,19 @@ void Simulation::StepLaunch(Thread& th, int64_t t) {
     }
   }
   auto pick = [&]() {
-    size_t i = w.shuffle ? static_cast<size_t>(th.rng() % w.kernels_ns.size())
-                         : th.next_kernel++ % w.kernels_ns.size();
-    return w.kernels_ns[i];
+    size_t i = w.shuffle && w.trough_ns == 0 ? static_cast<size_t>(th.rng() % phase.kernels_ns.size())
+                                             : th.next_kernel++ % phase.kernels_ns.size();
+    return phase.kernels_ns[i];
   };
   // The launch reaches the GPU's queue as its call ends (a driver rings the doorbell late in the
   // call: on an H200 kernels started ~9 us after the call returned, about what a begin event
   // takes from its record); the GPU sees it submit_latency_ns later. A graph's kernels count as
   // possibly starting earlier (LaunchTicket::starts_after_return), as on the driver.
   cursor += costs_.launch_ns;
-  ticket.starts_after_return = w.graph_kernels == 0;
-  if (w.graph_kernels > 0) {
+  ticket.starts_after_return = phase.graph_kernels == 0;
+  if (phase.graph_kernels > 0) {
     std::vector<int64_t> kernels;
-    for (int i = 0; i < w.graph_kernels; ++i) kernels.push_back(pick());
+    for (int i = 0; i < phase.graph_kernels; ++i) kernels.push_back(pick());
     gpu_.LaunchGraph(stream, cursor, kernels, w.width);
   } else {
     gpu_.Launch(stream, cursor, pick(), w.width);
@@ -185,7 +195,7 @@ void Simulation::StepLaunch(Thread& th, int64_t t) {
   th.in_batch = (th.in_batch + 1) % batch;
   ++p.launches;
   ++th.since_sync;
-  th.ready_ns = cursor + w.think_ns;
+  th.ready_ns = cursor + phase.think_ns;
 }
 
 void Simulation::Step(Thread& th, int64_t t) {
@@ -194,7 +204,8 @@ void Simulation::Step(Thread& th, int64_t t) {
     th.ready_ns = kNever;
     return;
   }
-  if (w.sync_every > 0 && th.since_sync >= w.sync_every) {
+  const int sync_every = PhaseAt(th, t).sync_every;
+  if (sync_every > 0 && th.since_sync >= sync_every) {
     Process& p = *th.process;
     int64_t cursor = t;
     p.ops->set_cursor(&cursor);

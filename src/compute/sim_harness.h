@@ -36,6 +36,14 @@ struct HostCosts {
   SimOpCosts ops;
 };
 
+// What a thread launches in one phase of its workload (WorkloadSpec::trough).
+struct LaunchPhase {
+  std::vector<int64_t> kernels_ns{50'000};  // durations, cycled
+  int graph_kernels = 0;
+  int sync_every = 0;
+  int64_t think_ns = 0;
+};
+
 struct WorkloadSpec {
   std::vector<int64_t> kernels_ns{50'000};  // durations, cycled (or drawn at random: shuffle)
   bool shuffle = false;
@@ -60,6 +68,13 @@ struct WorkloadSpec {
   bool queue_counts_events = true;
   int64_t start_ns = 0;
   int64_t stop_ns = kNever;
+  // Waves (a server's decode steps between its prefills): trough_ns > 0, from start_ns the thread
+  // runs wave_ns of the launches above, then trough_ns of `trough`'s (on the same streams, its
+  // kernels cycled from where they were left, not shuffled), and again. The phase is chosen when
+  // a launch or synchronisation is due.
+  int64_t wave_ns = 0;
+  int64_t trough_ns = 0;
+  LaunchPhase trough;
 };
 
 struct ContainerSpec {
@@ -115,6 +130,7 @@ class Simulation {
 
   void Step(Thread& thread, int64_t t);
   void StepLaunch(Thread& thread, int64_t t);
+  static const LaunchPhase& PhaseAt(const Thread& thread, int64_t t);
   int Queued(const WorkloadSpec& w, int stream) const;  // what max_queue counts on the stream
   bool HasRoomForBatch(const Thread& thread, int stream) const;  // skip_full
   void WakeWaiters(int64_t t);
