@@ -69,9 +69,9 @@ struct WorkloadSpec {
   int64_t start_ns = 0;
   int64_t stop_ns = kNever;
   // Waves (a server's decode steps between its prefills): trough_ns > 0, from start_ns the thread
-  // runs wave_ns of the launches above, then trough_ns of `trough`'s (on the same streams, its
-  // kernels cycled from where they were left, not shuffled), and again. The phase is chosen when
-  // a launch or synchronisation is due.
+  // runs wave_ns of the launches above, then trough_ns of `trough`'s (on the same streams), and
+  // again; neither phase's kernels are shuffled (each picks from its own list with one running
+  // index). The phase is chosen when a launch or synchronisation is due.
   int64_t wave_ns = 0;
   int64_t trough_ns = 0;
   LaunchPhase trough;
