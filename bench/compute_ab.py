@@ -31,7 +31,8 @@ that one library can be compared with itself under another setting:
     --old build-gpu/libvgpu.so --new build-gpu/libvgpu.so --old-env VGPU_COMPUTE_RUN_HOLD=false
 
 Output: DIR/compute-ab.md (per row and limit: the native rates, old and new as a share of the
-round's native rate, and their marks and event queries per launch) and DIR/compute-ab.json, the
+round's native rate, their marks and event queries per launch, the time their launching threads
+slept and their launches measured lightly, and the limiter's measure) and DIR/compute-ab.json, the
 table printed too; every command and its output in DIR/compute-ab.log. Exit status 1 when a run failed.
 
 An old library beside the working tree's, on a GPU machine whose git metadata may lag (archive
@@ -144,12 +145,14 @@ def plan(rows, rounds, limits):
 def table(records, rows, limits):
     """Markdown: per row and limit, the rounds' native rates and old / new shares of them."""
     out = ["| row | limit | native rate per round | old: share of native | new: share of native | "
-           "marks / event queries per launch, old / new | limiter's measure (ppm), old / new |", "|---|---|---|---|---|---|---|"]
+           "marks / event queries per launch, old / new | throttled (ms) / launches measured lightly, old / new | "
+           "limiter's measure (ppm), old / new |", "|---|---|---|---|---|---|---|---|"]
     for row in rows:
         natives = [r for r in records if r["row"] == row and r["lib"] == "native"]
         for limit in limits_of(row, limits):
             shares = {"old": [], "new": []}  # per round, None where a run failed
             marks = {"old": [], "new": []}
+            throttle = {"old": [], "new": []}
             measure = {"old": [], "new": []}
             for rnd, nat in enumerate(natives):
                 for lib in ("old", "new"):
@@ -159,6 +162,7 @@ def table(records, rows, limits):
                     shares[lib].append(100.0 * rec["rate"] / nat["rate"] if ok else None)
                     marks[lib].append(f"{fmt(rec.get('marks_per_launch'), 3)}/{fmt(rec.get('queries_per_launch'), 2)}"
                                       if rec else "–")
+                    throttle[lib].append(f"{fmt(rec.get('throttled_ms'), 0)}/{fmt(rec.get('light'), 0)}" if rec else "–")
                     measure[lib].append(str(int(rec["measured_ppm"])) if rec and "measured_ppm" in rec else "–")
             rates = ", ".join(fmt(n["rate"], 0) if not n["error"] else "failed" for n in natives)
             shown = {}
@@ -168,6 +172,7 @@ def table(records, rows, limits):
                     f" (mean {statistics.mean(got):.1f})" if got else "")
             out.append(f"| {row} | {limit} | {rates} | {shown['old']} | {shown['new']} | "
                        f"{', '.join(marks['old'])} / {', '.join(marks['new'])} | "
+                       f"{', '.join(throttle['old'])} / {', '.join(throttle['new'])} | "
                        f"{', '.join(measure['old'])} / {', '.join(measure['new'])} |")
     return "\n".join(out)
 
