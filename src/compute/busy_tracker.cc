@@ -141,7 +141,8 @@ bool BusyTracker::RecordLocked(StreamState& st, bool begin, bool deep, int64_t n
   st.pending.push_back(PendingMark{event, begin ? 0 : st.tail_launches, begin,
                                    !begin && st.gap_unmarked, deep, begin ? 0 : st.tail_estimate_ns,
                                    now, own_horizon_, due, begin ? 0 : st.tail_first_return_ns,
-                                   begin ? 0 : st.last_launch_ns, begin ? 0 : st.tail_graphs});
+                                   begin ? 0 : st.last_launch_ns, begin ? 0 : st.tail_graphs,
+                                   !begin && st.tail_light});
   st.gap_unmarked = false;
   ++stats_.marks;
   if (begin) ++stats_.begins;
@@ -152,6 +153,7 @@ bool BusyTracker::RecordLocked(StreamState& st, bool begin, bool deep, int64_t n
   st.last_event_is_begin = begin;
   st.tail_launches = 0;
   st.tail_graphs = 0;
+  st.tail_light = false;
   st.tail_estimate_ns = 0;
   st.last_mark_ns = now;
   return true;
@@ -297,7 +299,8 @@ double BusyTracker::QueuedCostLocked(const StreamState& st) const {
   return st.drain_launches > 0 ? st.drain_span_ns / st.drain_launches : EstimateLocked(st);
 }
 
-int64_t BusyTracker::BeforeLaunch(StreamKey stream, int64_t now, LaunchTicket* ticket, PollResult* polled) {
+int64_t BusyTracker::BeforeLaunch(StreamKey stream, int64_t now, LaunchTicket* ticket, PollResult* polled,
+                                  bool banked) {
   std::lock_guard<std::mutex> lock(mu_);
   *ticket = LaunchTicket{};
   int slot = FindOrCreateLocked(stream);
@@ -323,11 +326,13 @@ int64_t BusyTracker::BeforeLaunch(StreamKey stream, int64_t now, LaunchTicket* t
     // Nothing to wait for (no events available): measuring is impossible, launch unmetered.
   }
   const bool light_set = light_.load(std::memory_order_relaxed);
+  const bool by_bank = !light_set && banked && bank_light_.load(std::memory_order_relaxed);
   const bool alone = other_stream_ns_ == 0 || now - other_stream_ns_ >= options_.light_alone_ns;
-  const bool light = light_set && alone;
+  const bool light = (light_set || by_bank) && alone;
   if (!light) CollapseIntervalIfShallowLocked(st);
   st.sampling = !st.last_mark_deep && LaunchedSlowerLocked(st) && UniformCostLocked(st) && DrawSampleLocked();
   if (st.sampling) MarkTailLocked(st, now);  // the sampled launch starts an interval
+  if (st.tail_launches == 0) st.tail_light = light && !st.sampling;
   if (StreamIdleLocked(st)) {
     if (light && !st.sampling && !DrawLocked(options_.light_sample_every)) {
       // Light: no begin. The interval to come may hold this idle gap: its estimate stands
@@ -335,6 +340,7 @@ int64_t BusyTracker::BeforeLaunch(StreamKey stream, int64_t now, LaunchTicket* t
       st.gap_unmarked = true;
       st.mark_interval = std::max(1, std::min(options_.light_mark_interval, st.window / 2));
       ++stats_.light_launches;
+      if (by_bank) ++stats_.light_banked;
     } else {
       if (light_set && !alone) ++stats_.light_not_alone;
       if (!light_set && light_wanted_.load(std::memory_order_relaxed)) ++stats_.light_held;
@@ -633,6 +639,19 @@ PollResult BusyTracker::ProcessMarkLocked(StreamState& st, const PendingMark& ma
         }
         deep = st.chain_time_ns >= mark.last_return_ns + delay + options_.queued_margin_ns;
         st.queued_run = deep ? std::min(st.queued_run + 1, 1 << 30) : 0;
+      }
+      // A tail of several launches submitted under light measurement, which does not look for
+      // idle starts inside it (K stays at light_mark_interval): unless its queue was deep, the
+      // stream may have run dry between its launches, and its length would count those gaps
+      // (a host-paced stream charged ~25% too much in the simulation). Its estimates stand.
+      if (mark.light && !deep && mark.launches > 1) {
+        result.busy_ns = mark.estimate_ns;
+        result.unmeasured_ns = mark.estimate_ns;
+        st.chain_open = timed;
+        st.chain_time_ns = time;
+        st.chain_host_ns = mark.host_ns;
+        st.chain_from_begin = mark.begin;
+        return result;
       }
       // One launch measured alone: queued behind others, bracketed by a begin, or with the time
       // before it could start cut off; its own time (what it cost from the start the bound

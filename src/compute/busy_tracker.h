@@ -283,6 +283,7 @@ struct TrackerStats {
   // because another stream of the process launched within light_alone_ns.
   int64_t light_held = 0;
   int64_t light_not_alone = 0;
+  int64_t light_banked = 0;    // of light_launches, allowed by the bank alone (BeforeLaunch's `banked`)
   int64_t shared_read = 0;     // other processes' intervals added from the BusyRing
   int64_t shared_skipped = 0;  // ring slots found overwritten or being written
   int streams = 0;
@@ -305,7 +306,10 @@ class BusyTracker {
   // long, poll, and ask again. With `polled`, a full queue is polled first (results added to
   // *polled) and only a queue still full makes the launch wait. Records a begin event when the
   // stream is idle.
-  int64_t BeforeLaunch(StreamKey stream, int64_t now, LaunchTicket* ticket, PollResult* polled = nullptr);
+  // `banked`: the container's budget holds more than half of the credit it may bank
+  // (Controller::Banked): light measurement is allowed then too, where SetBankLight allows it.
+  int64_t BeforeLaunch(StreamKey stream, int64_t now, LaunchTicket* ticket, PollResult* polled = nullptr,
+                       bool banked = false);
 
   // After the launch call returned; launched=false when it failed (nothing was enqueued).
   // Returns the launch's estimated busy time (0 when unknown or not launched). May record a mark
@@ -344,6 +348,14 @@ class BusyTracker {
   // A launch was told to wait: exact measurement at once, and for light_hold_ns.
   void EndLight(int64_t now);
   bool light() const { return light_.load(std::memory_order_relaxed); }
+  // Whether a launch may be measured lightly while the container's bank is over half full
+  // (BeforeLaunch's `banked`), whatever the whole GPU's busy share and the hold after a wait
+  // (SetLight): set by the same thread, from the conditions of its verdict that the bank does not
+  // stand for (one process, a hard limit alone). While the bank holds that much, charges that
+  // are off by some of it only move the bank: too high, it empties sooner and exact measurement
+  // returns; too low, the launches measured alone pull the estimates back.
+  void SetBankLight(bool allowed) { bank_light_.store(allowed, std::memory_order_relaxed); }
+  bool bank_light() const { return bank_light_.load(std::memory_order_relaxed); }
 
   // REQUIRES: called BEFORE the stream is destroyed (its tail is marked on it). Its pending marks
   // are still processed; a new stream with the same key starts afresh.
@@ -388,6 +400,7 @@ class BusyTracker {
                                // launch that may start before it: LaunchTicket)
     int64_t last_return_ns;    // ... and the last one's
     int32_t graphs;            // of `launches`, graph launches (LaunchTicket::starts_after_return false)
+    bool light;                // its first launch was submitted under light measurement
   };
   // Busy time per launch of one kind of launch on a stream: decaying sums, as the stream's own
   // estimate (StreamState::kinds).
@@ -450,6 +463,7 @@ class BusyTracker {
     // estimate stands in for a kind not yet seen.
     KindEstimate kinds[2];
     int32_t tail_graphs = 0;         // of tail_launches, graph launches
+    bool tail_light = false;         // the tail's first launch was submitted under light measurement
     // Length per launch of deep (gap-free) intervals only: EWMA and decaying maximum.
     double deep_cost_ns = 0;
     double deep_max_ns = 0;
@@ -535,6 +549,7 @@ class BusyTracker {
   std::atomic<bool> light_{false};                  // SetLight
   std::atomic<bool> light_wanted_{false};           // SetLight's argument, held or not (stats)
   std::atomic<int64_t> light_hold_until_{0};        // EndLight
+  std::atomic<bool> bank_light_{false};             // SetBankLight
   int32_t last_launch_slot_ = -1;                  // the stream launched on last; guarded by mu_
   int64_t other_stream_ns_ = 0;                    // a launch on another stream than the one
                                                    // before it, last (0: never); guarded by mu_

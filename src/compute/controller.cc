@@ -182,6 +182,11 @@ Controller::LightRefusal Controller::LightRefusalOf(double device_busy, int proc
   return LightRefusal::kNone;
 }
 
+bool Controller::Banked(int64_t now) const {
+  const int64_t v = state_->vclock_ns.load(kRelaxed);
+  return v != 0 && now - v > CreditNs(CurrentRatePpm()) / 2;
+}
+
 void Controller::SetLaunchSpan(int64_t span_ns) { launch_span_ns_.store(std::max<int64_t>(span_ns, 0), kRelaxed); }
 
 // Hysteresis: giving way lowers the overlap it is judged by (the queues drain at every step of

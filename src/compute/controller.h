@@ -283,6 +283,10 @@ class Controller {
   bool Unbound(double device_busy, int processes, int64_t now) const {
     return LightRefusalOf(device_busy, processes, now) == LightRefusal::kNone;
   }
+  // Whether more than half of the most credit the container may bank is banked (V more than
+  // half of CreditNs behind now, a clock charged at least once): it used well under its share
+  // lately (BusyTracker::SetBankLight).
+  bool Banked(int64_t now) const;
   // Why Unbound() is false (the first reason that applies, in the order below), for the
   // summary at exit: a container measured exactly where it was expected to be measured lightly
   // says which condition held it.
@@ -295,6 +299,11 @@ class Controller {
     kBusy,       // the whole GPU busy at or above the hard limit (less the margin)
   };
   static constexpr int kLightRefusals = 6;
+  // Whether a verdict leaves light measurement to the bank (BusyTracker::SetBankLight): refused
+  // only for the GPU's busy share or a debt, which the bank stands for.
+  static bool BankMayDecide(LightRefusal why) {
+    return why == LightRefusal::kNone || why == LightRefusal::kDebt || why == LightRefusal::kBusy;
+  }
   LightRefusal LightRefusalOf(double device_busy, int processes, int64_t now) const;
   // Last time any process of the container noted activity on this GPU (0 = never).
   int64_t LastActivityNs() const { return state_->last_launch_ns.load(std::memory_order_relaxed); }

@@ -31,7 +31,8 @@ int64_t ComputeLimiter::BeforeLaunch(StreamKey stream, int64_t now, LaunchTicket
     return wait;
   }
   PollResult polled;
-  wait = tracker_->BeforeLaunch(stream, now, ticket, &polled);
+  const bool banked = tracker_->bank_light() && controller_->Banked(now);
+  wait = tracker_->BeforeLaunch(stream, now, ticket, &polled, banked);
   Apply(polled, now);
   return wait;
 }

@@ -259,7 +259,9 @@ void Simulation::RunTicks(int64_t t) {
       p->next_light = t + spec.light_period_ns;
       const double device = t >= spec.light_window_ns ? DeviceShare(t - spec.light_window_ns, t) : -1.0;
       const int processes = static_cast<int>(containers_[p->container]->contexts.size());
-      p->tracker->SetLight(p->controller->Unbound(device, processes, t), t);
+      const Controller::LightRefusal why = p->controller->LightRefusalOf(device, processes, t);
+      p->tracker->SetLight(why == Controller::LightRefusal::kNone, t);
+      p->tracker->SetBankLight(Controller::BankMayDecide(why));
     }
   }
 }

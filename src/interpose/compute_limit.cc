@@ -316,6 +316,7 @@ void* MonitorMain(void*) {
             dl->controller.LightRefusalOf(dl->signals.device_busy(), static_cast<int>(pids.size()), now);
         if (g_light) dl->light_verdicts[static_cast<int>(why)].fetch_add(1, std::memory_order_relaxed);
         dl->tracker.SetLight(g_light && why == compute::Controller::LightRefusal::kNone, now);
+        dl->tracker.SetBankLight(g_light && compute::Controller::BankMayDecide(why));
       }
     }
     period = active ? kMonitorPeriodNs : kMonitorIdlePeriodNs;
