@@ -102,6 +102,12 @@ double BusyTracker::EstimateLocked(const StreamState& st, bool graph) const {
   return kind.launches > 0 ? kind.busy_ns / kind.launches : EstimateLocked(st);
 }
 
+// The slower average of a kind's cost, for light tails (BusyTrackerOptions::light_estimate_gain).
+double BusyTracker::SlowEstimateLocked(const StreamState& st, bool graph) const {
+  const KindEstimate& kind = st.kinds[graph ? 1 : 0];
+  return kind.slow_launches > 0 ? kind.slow_busy_ns / kind.slow_launches : EstimateLocked(st, graph);
+}
+
 // --- Events --------------------------------------------------------------------------------
 
 bool BusyTracker::AcquireEventLocked(EventId* event) {
@@ -142,7 +148,7 @@ bool BusyTracker::RecordLocked(StreamState& st, bool begin, bool deep, int64_t n
                                    !begin && st.gap_unmarked, deep, begin ? 0 : st.tail_estimate_ns,
                                    now, own_horizon_, due, begin ? 0 : st.tail_first_return_ns,
                                    begin ? 0 : st.last_launch_ns, begin ? 0 : st.tail_graphs,
-                                   !begin && st.tail_light});
+                                   !begin && st.tail_light, begin ? 0 : st.tail_light_estimate_ns});
   st.gap_unmarked = false;
   ++stats_.marks;
   if (begin) ++stats_.begins;
@@ -154,6 +160,7 @@ bool BusyTracker::RecordLocked(StreamState& st, bool begin, bool deep, int64_t n
   st.tail_launches = 0;
   st.tail_graphs = 0;
   st.tail_light = false;
+  st.tail_light_estimate_ns = 0;
   st.tail_estimate_ns = 0;
   st.last_mark_ns = now;
   return true;
@@ -370,6 +377,7 @@ int64_t BusyTracker::AfterLaunch(const LaunchTicket& ticket, bool launched, int6
     StreamState& st = slots_[ticket.slot];
     const bool graph = !ticket.starts_after_return;
     estimate = std::llround(EstimateLocked(st, graph));
+    st.tail_light_estimate_ns += std::llround(SlowEstimateLocked(st, graph));
     if (graph) ++st.tail_graphs;
     if (st.last_submit_ns > 0) {  // a share, not a mean: a rest between two launches is one period
       const bool slower = static_cast<double>(ticket.submit_ns - st.last_submit_ns) >
@@ -565,6 +573,9 @@ void BusyTracker::LearnLocked(StreamState& st, const PendingMark& mark, const Me
     KindEstimate& kind = st.kinds[mark.graphs == 0 ? 0 : 1];
     kind.busy_ns = kind.busy_ns * (1 - g) + static_cast<double>(busy_ns);
     kind.launches = kind.launches * (1 - g) + mark.launches;
+    const double slow = options_.light_estimate_gain;
+    kind.slow_busy_ns = kind.slow_busy_ns * (1 - slow) + static_cast<double>(busy_ns);
+    kind.slow_launches = kind.slow_launches * (1 - slow) + mark.launches;
   }
   default_estimate_ns_ = has_default_estimate_
                              ? default_estimate_ns_ + g * (per_launch - default_estimate_ns_)
@@ -645,8 +656,8 @@ PollResult BusyTracker::ProcessMarkLocked(StreamState& st, const PendingMark& ma
       // stream may have run dry between its launches, and its length would count those gaps
       // (a host-paced stream charged ~25% too much in the simulation). Its estimates stand.
       if (mark.light && !deep && mark.launches > 1) {
-        result.busy_ns = mark.estimate_ns;
-        result.unmeasured_ns = mark.estimate_ns;
+        result.busy_ns = mark.light_estimate_ns;
+        result.unmeasured_ns = mark.light_estimate_ns;
         st.chain_open = timed;
         st.chain_time_ns = time;
         st.chain_host_ns = mark.host_ns;
@@ -685,8 +696,9 @@ PollResult BusyTracker::ProcessMarkLocked(StreamState& st, const PendingMark& ma
       m.busy_ns = result.busy_ns;
       LearnLocked(st, mark, m);
     } else {
-      result.busy_ns = mark.estimate_ns;  // interval not measurable: the estimate stands
-      result.unmeasured_ns = mark.estimate_ns;
+      // Interval not measurable: the estimate stands (a light tail's, the slower one).
+      result.busy_ns = mark.light ? mark.light_estimate_ns : mark.estimate_ns;
+      result.unmeasured_ns = result.busy_ns;
     }
   }
   st.chain_open = timed;

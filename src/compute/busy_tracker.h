@@ -238,6 +238,12 @@ struct BusyTrackerOptions {
   // (EndLight): a wait means the limit binds, or estimates overcharged.
   int light_sample_every = 8;
   int light_mark_interval = 8;
+  // What a light tail is charged: its launches' estimates by kind, averaged more slowly than the
+  // estimates charged at submission (this gain per interval, against estimate_gain): samples that
+  // arrive in a fixed order (a 40 us kernel found its stream idle and was bracketed, the 5 us one
+  // after it measured behind it) bias a fast average by where the tail falls in that order (with
+  // 0.25, a tail right after the 5 us sample was charged 20 us a launch for a 22.5 us mean).
+  double light_estimate_gain = 0.05;
   int64_t light_alone_ns = 100'000'000;
   int64_t light_hold_ns = 1'000'000'000;
 };
@@ -401,12 +407,15 @@ class BusyTracker {
     int64_t last_return_ns;    // ... and the last one's
     int32_t graphs;            // of `launches`, graph launches (LaunchTicket::starts_after_return false)
     bool light;                // its first launch was submitted under light measurement
+    int64_t light_estimate_ns; // its launches' slow estimates (BusyTrackerOptions::light_estimate_gain)
   };
   // Busy time per launch of one kind of launch on a stream: decaying sums, as the stream's own
   // estimate (StreamState::kinds).
   struct KindEstimate {
     double busy_ns = 0;
     double launches = 0;
+    double slow_busy_ns = 0;   // the same with light_estimate_gain
+    double slow_launches = 0;
   };
   // The least delay of the begins recorded in one delay window (BusyTrackerOptions::
   // delay_window_ns).
@@ -464,6 +473,7 @@ class BusyTracker {
     KindEstimate kinds[2];
     int32_t tail_graphs = 0;         // of tail_launches, graph launches
     bool tail_light = false;         // the tail's first launch was submitted under light measurement
+    int64_t tail_light_estimate_ns = 0;  // PendingMark::light_estimate_ns of the tail
     // Length per launch of deep (gap-free) intervals only: EWMA and decaying maximum.
     double deep_cost_ns = 0;
     double deep_max_ns = 0;
@@ -520,6 +530,7 @@ class BusyTracker {
   void ReadRingLocked();
   double EstimateLocked(const StreamState& st) const;
   double EstimateLocked(const StreamState& st, bool graph) const;
+  double SlowEstimateLocked(const StreamState& st, bool graph) const;
   bool QueuedDeepLocked(const StreamState& st) const;
   bool UniformCostLocked(const StreamState& st) const;
   double SingleBoundLocked(const StreamState& st) const;

@@ -221,6 +221,36 @@ TEST(BusyTrackerTest, LightMeasurementSamplesLaunchesOntoAnIdleStream) {
   EXPECT_GE(rig.tracker.stats().begins - exact.begins, 7);
 }
 
+// Under light measurement a tail begins without a look for idle starts inside it, and is charged
+// its launches' estimates where it may hold gaps. Here launches every 30 us alternate a 40 us
+// kernel (still running at the next launch) with a 5 us one (done long before it): the samples
+// come in that order (the 40 us one bracketed on its idle stream, the 5 us one behind it), and
+// what the tails are charged must not depend on where they fall between the samples.
+TEST(BusyTrackerTest, LightTailsOnAStreamThatRunsDryAreChargedWhatRan) {
+  Rig rig;
+  auto launch_pairs = [&](int pairs) {
+    for (int i = 0; i < pairs; ++i) {
+      for (int64_t duration : {40 * kUs, 5 * kUs}) {
+        ASSERT_TRUE(rig.Launch(rig.s0, duration));
+        rig.Advance(30 * kUs);
+        rig.Measured();
+      }
+    }
+  };
+  launch_pairs(200);  // exactly measured: learn the cost, open the queue's window
+  const int64_t measured_before = rig.Measured();
+  const int64_t truth_before = rig.Truth();
+  rig.tracker.SetLight(true, rig.now);
+  launch_pairs(2000);
+  rig.tracker.SetLight(false, rig.now);
+  rig.tracker.Flush(rig.now);
+  rig.Advance(1 * kMs);
+  const double measured = static_cast<double>(rig.Measured() - measured_before);
+  const double truth = static_cast<double>(rig.Truth() - truth_before);
+  EXPECT_GT(rig.tracker.stats().light_launches, 100);
+  EXPECT_NEAR(measured / truth, 1.0, 0.03) << measured << " ns charged for " << truth << " ns of kernels";
+}
+
 // Under light measurement a tail charged its estimates is not marked before a wait: that mark
 // would only make the wait longer (its trip to the GPU). Exactly measured tails still are.
 TEST(BusyTrackerTest, LightTailsAreNotMarkedBeforeAWait) {
