@@ -99,6 +99,12 @@ class Plan(unittest.TestCase):
         self.assertEqual((got["overlap"], got["gives_way"]), (16.02, 0.0))
         self.assertNotIn("gives_way", ab.summary_of(H200_SUMMARY))  # a library from before the overlap
 
+    def test_summary_with_the_launches_the_bank_let_be_measured_lightly(self):
+        got = ab.summary_of(H200_SUMMARY.replace("(442 begins), ", "(442 begins), 3120 measured lightly (2870 by the bank), "))
+        self.assertEqual((got["light"], got["light_banked"]), (3120, 2870))
+        self.assertEqual(got["queries"], 23842)
+        self.assertNotIn("light_banked", ab.summary_of(H200_SUMMARY))  # a library from before the bank's light
+
 
 class Runs(unittest.TestCase):
     def setUp(self):

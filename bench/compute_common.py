@@ -135,6 +135,7 @@ def summary_of(stderr):
     out = {}
     for key, pattern in (("launches", r"(\d+) launches"), ("marks", r"(\d+) marks"),
                          ("begins", r"\((\d+) begins"), ("light", r"(\d+) measured lightly"),
+                         ("light_banked", r"\((\d+) by the bank\)"),
                          ("queries", r"(\d+) queries"),
                          ("queue_waits", r"(\d+) queue waits"), ("measured_ppm", r"measured (\d+) ppm"),
                          ("busy_ms", r"busy ([\d.]+) ms"), ("period_ms", r"period ([\d.]+) ms"),

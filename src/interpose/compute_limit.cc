@@ -490,7 +490,7 @@ __attribute__((destructor)) void LogSummaries() {
     VGPU_LOG_UNLIMITED(LogLevel::kDebug,
                        "compute device %d: mode %u, target %d ppm, measured %d ppm, correction %d ppm, busy %.1f ms, "
                        "throttled %.1f ms, NVML share %.3f, others busy %.3f; %lld launches, %lld marks "
-                       "(%lld begins), %lld measured lightly, %lld queries (%lld by polls), %lld event errors; "
+                       "(%lld begins), %lld measured lightly (%lld by the bank), %lld queries (%lld by polls), %lld event errors; "
                        "%lld queue waits (%.1f ms; "
                        "window %lld, work %lld, age %lld); "
                        "%lld intervals of other processes read (%lld skipped); period %.1f ms; "
@@ -502,6 +502,7 @@ __attribute__((destructor)) void LogSummaries() {
                        c.busy_total_ns / 1e6, c.throttled_total_ns / 1e6, dl->signals.container_share(),
                        dl->signals.OthersBusy(now), static_cast<long long>(t.launches), static_cast<long long>(t.marks),
                        static_cast<long long>(t.begins), static_cast<long long>(t.light_launches),
+                       static_cast<long long>(t.light_banked),
                        static_cast<long long>(t.queries),
                        static_cast<long long>(t.poll_queries), static_cast<long long>(t.event_errors),
                        static_cast<long long>(t.queue_waits), t.queue_wait_ns / 1e6,
