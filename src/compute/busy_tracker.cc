@@ -219,7 +219,8 @@ void BusyTracker::CollapseIntervalIfShallowLocked(StreamState& st) {
 // Asks about the stream's last event. Complete: so is every event recorded before it on the
 // stream (a stream runs in order), and the poll need not ask about them again.
 EventState BusyTracker::QueryLastEventLocked(StreamState& st) {
-  const EventState state = QueryEventLocked(st.last_event);
+  PendingMark* mark = !st.pending.empty() && st.pending.back().event == st.last_event ? &st.pending.back() : nullptr;
+  const EventState state = QueryEventLocked(st.last_event, mark);
   if (state == EventState::kReady) st.pending_known_done = static_cast<int32_t>(st.pending.size());
   return state;
 }
@@ -228,10 +229,16 @@ EventState BusyTracker::QueryLastEventLocked(StreamState& st) {
 // one (GpuEventOps::QueryAgainst: on the driver a query's first look at a completed event costs
 // 13 times its look at a pending one, and most of the tracker's questions are about events
 // complete by then); before the first event is processed, a plain query.
-EventState BusyTracker::QueryEventLocked(EventId event) {
+EventState BusyTracker::QueryEventLocked(EventId event, PendingMark* mark) {
   ++stats_.queries;
-  if (has_anchor_ && anchor_ != event) return ops_->QueryAgainst(anchor_, event);
-  return ops_->Query(event);
+  if (!has_anchor_ || anchor_ == event) return ops_->Query(event);
+  float ms = 0;
+  const EventState state = ops_->QueryAgainst(anchor_, event, &ms);
+  if (mark != nullptr && state == EventState::kReady && std::isfinite(ms)) {
+    mark->elapsed_anchor = anchor_serial_;
+    mark->elapsed_ms = ms;
+  }
+  return state;
 }
 
 // Whether the stream's latest intervals were deep by their launches' return times (at least
@@ -530,16 +537,19 @@ TrackerStats BusyTracker::stats() const {
 // --- Completion path -----------------------------------------------------------------------
 
 // GPU time of a completed event on the tracker's common time base.
-bool BusyTracker::AbsoluteTimeLocked(EventId event, int64_t* time) {
+bool BusyTracker::AbsoluteTimeLocked(const PendingMark& mark, int64_t* time) {
+  const EventId event = mark.event;
   if (!has_anchor_) {
     anchor_ = event;
     has_anchor_ = true;
+    ++anchor_serial_;
     anchor_time_ns_ = 0;
     *time = 0;
     return true;
   }
-  float ms = 0;
-  if (!ops_->ElapsedMs(anchor_, event, &ms) || !std::isfinite(ms)) {
+  float ms = mark.elapsed_ms;
+  const bool read = mark.elapsed_anchor == anchor_serial_;  // by the query that found it complete
+  if (!read && (!ops_->ElapsedMs(anchor_, event, &ms) || !std::isfinite(ms))) {
     ++stats_.event_errors;
     return false;
   }
@@ -547,6 +557,7 @@ bool BusyTracker::AbsoluteTimeLocked(EventId event, int64_t* time) {
   if (std::llabs(*time - anchor_time_ns_) > options_.rebase_after_ns) {
     ReleaseEventLocked(anchor_);  // the newer event becomes the anchor (float precision)
     anchor_ = event;
+    ++anchor_serial_;
     anchor_time_ns_ = *time;
   }
   return true;
@@ -621,7 +632,7 @@ void BusyTracker::LearnLocked(StreamState& st, const PendingMark& mark, const Me
 PollResult BusyTracker::ProcessMarkLocked(StreamState& st, const PendingMark& mark) {
   PollResult result;
   int64_t time = 0;
-  bool timed = AbsoluteTimeLocked(mark.event, &time);
+  bool timed = AbsoluteTimeLocked(mark, &time);
   if (timed) {
     NoteOffsetLocked(mark.host_ns, last_poll_ns_, time);
     if (mark.begin) NoteBeginDelayLocked(time - mark.host_ns, last_poll_ns_);
@@ -874,7 +885,7 @@ PollResult BusyTracker::DrainStreamLocked(StreamState& st, int64_t now) {
       break;  // cannot be done yet
     } else {
       ++stats_.poll_queries;
-      state = QueryEventLocked(st.pending.front().event);
+      state = QueryEventLocked(st.pending.front().event, &st.pending.front());
     }
     if (state == EventState::kNotReady) {
       PendingMark& front = st.pending.front();

@@ -408,6 +408,10 @@ class BusyTracker {
     int32_t graphs;            // of `launches`, graph launches (LaunchTicket::starts_after_return false)
     bool light;                // its first launch was submitted under light measurement
     int64_t light_estimate_ns; // its launches' slow estimates (BusyTrackerOptions::light_estimate_gain)
+    // Its time against the anchor, as a query that found it complete read it (GpuEventOps::
+    // QueryAgainst), valid while the anchor is that of anchor_serial_ (0: not read).
+    uint64_t elapsed_anchor = 0;
+    float elapsed_ms = 0;
   };
   // Busy time per launch of one kind of launch on a stream: decaying sums, as the stream's own
   // estimate (StreamState::kinds).
@@ -501,7 +505,8 @@ class BusyTracker {
   void MarkTailLocked(StreamState& st, int64_t now);
   bool AcquireEventLocked(EventId* event);
   void ReleaseEventLocked(EventId event);
-  bool AbsoluteTimeLocked(EventId event, int64_t* time);
+  // `mark`'s time against the anchor where a query already read it (PendingMark::elapsed_ms).
+  bool AbsoluteTimeLocked(const PendingMark& mark, int64_t* time);
   PollResult DrainStreamLocked(StreamState& st, int64_t now);
   PollResult ProcessMarkLocked(StreamState& st, const PendingMark& mark);
   // What ProcessMarkLocked found in an interval.
@@ -539,7 +544,8 @@ class BusyTracker {
   bool LightTailLocked(const StreamState& st) const;
   bool LaunchedSlowerLocked(const StreamState& st) const;
   EventState QueryLastEventLocked(StreamState& st);
-  EventState QueryEventLocked(EventId event);
+  // *mark: the pending mark of `event`, which keeps the time a query against the anchor read.
+  EventState QueryEventLocked(EventId event, PendingMark* mark);
 
   GpuEventOps* const ops_;
   const BusyTrackerOptions options_;
@@ -553,6 +559,7 @@ class BusyTracker {
   IntervalUnion union_;                            // guarded by mu_
   EventId anchor_ = 0;                             // guarded by mu_
   bool has_anchor_ = false;                        // guarded by mu_
+  uint64_t anchor_serial_ = 0;                     // counts anchors (PendingMark::elapsed_anchor); mu_
   int64_t anchor_time_ns_ = 0;                     // guarded by mu_
   int64_t last_poll_ns_ = 0;                       // guarded by mu_
   uint64_t launch_seq_ = 0;                        // launches on any stream; guarded by mu_

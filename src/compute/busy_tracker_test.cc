@@ -55,11 +55,16 @@ class FaultyOps final : public GpuEventOps {
     ++queries;
     return broken.count(e) ? EventState::kError : inner_->Query(e);
   }
-  EventState QueryAgainst(EventId reference, EventId e) override {
+  EventState QueryAgainst(EventId reference, EventId e, float* elapsed_ms) override {
     ++queries_against;
-    return broken.count(e) ? EventState::kError : inner_->QueryAgainst(reference, e);
+    if (!broken.count(e)) return inner_->QueryAgainst(reference, e, elapsed_ms);
+    *elapsed_ms = std::numeric_limits<float>::quiet_NaN();
+    return EventState::kError;
   }
-  bool ElapsedMs(EventId a, EventId b, float* ms) override { return inner_->ElapsedMs(a, b, ms); }
+  bool ElapsedMs(EventId a, EventId b, float* ms) override {
+    ++elapsed;
+    return inner_->ElapsedMs(a, b, ms);
+  }
 
   bool fail_create = false;
   bool fail_record = false;
@@ -68,6 +73,7 @@ class FaultyOps final : public GpuEventOps {
   int destroyed = 0;
   int queries = 0;          // Query calls
   int queries_against = 0;  // QueryAgainst calls
+  int elapsed = 0;          // ElapsedMs calls
 
  private:
   GpuEventOps* inner_;
@@ -175,6 +181,42 @@ TEST(BusyTrackerTest, CompletionIsAskedAgainstTheAnchorOnceThereIsOne) {
   EXPECT_EQ(rig.tracker.stats().begins, 20);
   EXPECT_LE(rig.ops.queries, 1);  // the first idle check, before any event was processed
   EXPECT_GE(rig.ops.queries_against, 19 * 2);  // the other idle checks and the polls
+}
+
+// A query against the anchor that finds a mark complete reads its time with the answer
+// (cuEventElapsedTime_v2 gives both): processing the mark does not ask for it again. Here every
+// poll asks about each begin and mark in turn, so none is asked for its time (39 asked before:
+// every event but the first, the anchor); the measure is the same.
+TEST(BusyTrackerTest, AMarkFoundCompleteIsTimedByTheQueryThatFoundIt) {
+  Rig rig;
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_TRUE(rig.Launch(rig.s0, 1 * kMs));
+    rig.Advance(4 * kMs);
+    rig.Measured();
+  }
+  EXPECT_EQ(rig.Measured(), 20 * kMs);
+  EXPECT_EQ(rig.tracker.stats().marks, 40);
+  EXPECT_EQ(rig.ops.elapsed, 0);
+}
+
+// Marks known complete through a later one are not asked about, so they are asked for their
+// time; and a time read by a query against an anchor that has been replaced since (here every
+// 100 us) is not used: the launch's idle check reads the last mark's time, and the poll after it
+// processes earlier marks first, which move the anchor on.
+TEST(BusyTrackerTest, ATimeReadAgainstAReplacedAnchorIsAskedAgain) {
+  BusyTrackerOptions options = ExactOptions();
+  options.rebase_after_ns = 100 * kUs;
+  Rig rig(options);
+  for (int i = 0; i < 200; ++i) {
+    ASSERT_TRUE(rig.Launch(rig.s0, 10 * kUs));
+    rig.Advance(50 * kUs);
+    if (i % 5 == 4) rig.Measured();  // a poll every 250 us
+  }
+  rig.Advance(1 * kMs);
+  EXPECT_EQ(rig.Measured(), 200 * 10 * kUs);
+  EXPECT_EQ(rig.Measured(), rig.Truth());
+  EXPECT_GT(rig.ops.elapsed, 0);
+  EXPECT_LT(rig.ops.elapsed, 2 * 200);
 }
 
 TEST(BusyTrackerTest, IdleGapsBetweenLaunchesAreNotCounted) {

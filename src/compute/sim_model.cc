@@ -1,6 +1,7 @@
 #include "compute/sim_model.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "compute/splitmix.h"
 
@@ -335,11 +336,16 @@ EventState SimEventOps::Query(EventId event) {
   return state;
 }
 
-EventState SimEventOps::QueryAgainst(EventId reference, EventId event) {
+EventState SimEventOps::QueryAgainst(EventId reference, EventId event, float* elapsed_ms) {
   Spend(costs_.elapsed_ns);
+  *elapsed_ms = std::numeric_limits<float>::quiet_NaN();
   const EventState done = gpu_->QueryEvent(reference);
   if (done != EventState::kReady) return EventState::kError;  // the reference must be complete
-  return gpu_->QueryEvent(event);
+  const EventState state = gpu_->QueryEvent(event);
+  if (state == EventState::kReady && !gpu_->ElapsedMs(reference, event, elapsed_ms)) {
+    *elapsed_ms = std::numeric_limits<float>::quiet_NaN();
+  }
+  return state;
 }
 
 bool SimEventOps::ElapsedMs(EventId from, EventId to, float* ms) {

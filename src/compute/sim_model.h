@@ -191,7 +191,7 @@ class SimEventOps final : public GpuEventOps {
   void Destroy(EventId) override {}
   bool Record(EventId event, StreamKey stream) override;
   EventState Query(EventId event) override;
-  EventState QueryAgainst(EventId reference, EventId event) override;
+  EventState QueryAgainst(EventId reference, EventId event, float* elapsed_ms) override;
   bool ElapsedMs(EventId from, EventId to, float* ms) override;
   int records() const { return records_; }
 

@@ -1,6 +1,7 @@
 #include "interpose/compute_events.h"
 
 #include <atomic>
+#include <limits>
 
 #include "interpose/driver_imports.h"
 
@@ -73,11 +74,15 @@ compute::EventState RealEventOps::Query(compute::EventId event) {
 
 // Version 1 of cuEventElapsedTime looks for earlier asynchronous errors (3 us on an H200): only
 // _v2 is cheaper than the query.
-compute::EventState RealEventOps::QueryAgainst(compute::EventId reference, compute::EventId event) {
+compute::EventState RealEventOps::QueryAgainst(compute::EventId reference, compute::EventId event,
+                                               float* elapsed_ms) {
+  *elapsed_ms = std::numeric_limits<float>::quiet_NaN();
   if (g_cuda.cuEventElapsedTime_v2 != nullptr) {
     float ms = 0;
     switch (g_cuda.cuEventElapsedTime_v2(&ms, AsEvent(reference), AsEvent(event))) {
-      case CUDA_SUCCESS: return compute::EventState::kReady;
+      case CUDA_SUCCESS:
+        *elapsed_ms = ms;
+        return compute::EventState::kReady;
       case CUDA_ERROR_NOT_READY: return compute::EventState::kNotReady;
       default: break;  // the query decides (and reports an error as one)
     }

@@ -34,7 +34,7 @@ class RealEventOps final : public compute::GpuEventOps {
   void Destroy(compute::EventId event) override;
   bool Record(compute::EventId event, compute::StreamKey stream) override;
   compute::EventState Query(compute::EventId event) override;
-  compute::EventState QueryAgainst(compute::EventId reference, compute::EventId event) override;
+  compute::EventState QueryAgainst(compute::EventId reference, compute::EventId event, float* elapsed_ms) override;
   bool ElapsedMs(compute::EventId from, compute::EventId to, float* ms) override;
 };
 

@@ -3,6 +3,8 @@
 // cuEventQuery. g_cuda is this test's own: the entries are fakes that record what was called.
 #include "interpose/compute_events.h"
 
+#include <cmath>
+
 #include <gtest/gtest.h>
 
 #include "interpose/driver_imports.h"
@@ -83,24 +85,30 @@ TEST_F(ElapsedTest, FailsWithoutEitherEntryOrOnADriverError) {
 TEST_F(ElapsedTest, QueryAgainstAsksVersion2AndFallsBackToTheQuery) {
   g_cuda.cuEventElapsedTime = FakeV1;
   g_cuda.cuEventElapsedTime_v2 = FakeV2;
-  EXPECT_EQ(ops_.QueryAgainst(1, 2), compute::EventState::kReady);
+  float ms = 0;
+  EXPECT_EQ(ops_.QueryAgainst(1, 2, &ms), compute::EventState::kReady);
+  EXPECT_EQ(ms, 2.0f);  // _v2's answer comes with the time: no second call for it
   g_result = CUDA_ERROR_NOT_READY;
-  EXPECT_EQ(ops_.QueryAgainst(1, 2), compute::EventState::kNotReady);
+  EXPECT_EQ(ops_.QueryAgainst(1, 2, &ms), compute::EventState::kNotReady);
+  EXPECT_TRUE(std::isnan(ms));
   EXPECT_EQ(g_v2_calls, 2);
   EXPECT_EQ(g_query_calls, 0);
-  // Any other answer of _v2: the query decides, errors included.
+  // Any other answer of _v2: the query decides, errors included, and no time comes with it.
   g_result = CUDA_ERROR_INVALID_HANDLE;
   g_query_result = CUDA_ERROR_NOT_READY;
-  EXPECT_EQ(ops_.QueryAgainst(1, 2), compute::EventState::kNotReady);
+  EXPECT_EQ(ops_.QueryAgainst(1, 2, &ms), compute::EventState::kNotReady);
   g_query_result = CUDA_ERROR_LAUNCH_FAILED;
-  EXPECT_EQ(ops_.QueryAgainst(1, 2), compute::EventState::kError);
+  EXPECT_EQ(ops_.QueryAgainst(1, 2, &ms), compute::EventState::kError);
   EXPECT_EQ(g_query_calls, 2);
+  g_query_result = CUDA_SUCCESS;
+  EXPECT_EQ(ops_.QueryAgainst(1, 2, &ms), compute::EventState::kReady);
+  EXPECT_TRUE(std::isnan(ms));
   // Version 1 looks for earlier asynchronous errors (microseconds): never used for this.
   g_cuda.cuEventElapsedTime_v2 = nullptr;
-  g_query_result = CUDA_SUCCESS;
-  EXPECT_EQ(ops_.QueryAgainst(1, 2), compute::EventState::kReady);
+  EXPECT_EQ(ops_.QueryAgainst(1, 2, &ms), compute::EventState::kReady);
+  EXPECT_TRUE(std::isnan(ms));
   EXPECT_EQ(g_v1_calls, 0);
-  EXPECT_EQ(g_query_calls, 3);
+  EXPECT_EQ(g_query_calls, 4);
 }
 
 }  // namespace
