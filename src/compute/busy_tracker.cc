@@ -669,43 +669,39 @@ PollResult BusyTracker::ProcessMarkLocked(StreamState& st, const PendingMark& ma
       if (mark.light && !deep && mark.launches > 1) {
         result.busy_ns = mark.light_estimate_ns;
         result.unmeasured_ns = mark.light_estimate_ns;
-        st.chain_open = timed;
-        st.chain_time_ns = time;
-        st.chain_host_ns = mark.host_ns;
-        st.chain_from_begin = mark.begin;
-        return result;
-      }
-      // One launch measured alone: queued behind others, bracketed by a begin, or with the time
-      // before it could start cut off; its own time (what it cost from the start the bound
-      // allows), else the interval's length.
-      Measured m;
-      m.deep = deep;
-      m.bounded = bounded;
-      m.alone = mark.launches == 1 && (deep || st.chain_from_begin || bounded);
-      m.own_ns = bounded ? time - begin : span;
-      m.span_ns = span;
-      if (!deep && UniformCostLocked(st)) {
-        // A gap may hide in this interval: at most `launches` uniform launches ran in it (with
-        // the ratio as slack: the decaying maximum may sit below a launch seen a while ago).
-        const int64_t cap = std::llround(mark.launches * st.deep_max_ns * options_.uniform_cost_ratio);
-        // But the GPU idles only while it waits for work not yet submitted: after the event that
-        // starts the interval was recorded and before this mark reached the GPU. The rest of the
-        // interval was busy, whatever the cap says (launches submitted in a burst and
-        // synchronised: a step of a server, where one expensive launch among cheap ones is not a
-        // gap). More than the cap surely busy: the launches are not uniform (K shrinks, costs are
-        // learned again).
-        const int64_t may_idle = std::max<int64_t>(mark.host_ns - st.chain_host_ns, 0) + options_.submit_slack_ns;
-        const int64_t surely_busy = (time - begin) - may_idle;
-        if (surely_busy > cap) {
-          st.deep_samples = 0;
-          st.deep_max_ns = 0;
+      } else {
+        // One launch measured alone: queued behind others, bracketed by a begin, or with the time
+        // before it could start cut off; its own time (what it cost from the start the bound
+        // allows), else the interval's length.
+        Measured m;
+        m.deep = deep;
+        m.bounded = bounded;
+        m.alone = mark.launches == 1 && (deep || st.chain_from_begin || bounded);
+        m.own_ns = bounded ? time - begin : span;
+        m.span_ns = span;
+        if (!deep && UniformCostLocked(st)) {
+          // A gap may hide in this interval: at most `launches` uniform launches ran in it (with
+          // the ratio as slack: the decaying maximum may sit below a launch seen a while ago).
+          const int64_t cap = std::llround(mark.launches * st.deep_max_ns * options_.uniform_cost_ratio);
+          // But the GPU idles only while it waits for work not yet submitted: after the event that
+          // starts the interval was recorded and before this mark reached the GPU. The rest of the
+          // interval was busy, whatever the cap says (launches submitted in a burst and
+          // synchronised: a step of a server, where one expensive launch among cheap ones is not a
+          // gap). More than the cap surely busy: the launches are not uniform (K shrinks, costs are
+          // learned again).
+          const int64_t may_idle = std::max<int64_t>(mark.host_ns - st.chain_host_ns, 0) + options_.submit_slack_ns;
+          const int64_t surely_busy = (time - begin) - may_idle;
+          if (surely_busy > cap) {
+            st.deep_samples = 0;
+            st.deep_max_ns = 0;
+          }
+          begin = std::max(begin, time - std::max(cap, surely_busy));
         }
-        begin = std::max(begin, time - std::max(cap, surely_busy));
+        result.busy_ns = AddOwnLocked(begin, time);
+        NoteOverlapLocked(time - begin, result.busy_ns);
+        m.busy_ns = result.busy_ns;
+        LearnLocked(st, mark, m);
       }
-      result.busy_ns = AddOwnLocked(begin, time);
-      NoteOverlapLocked(time - begin, result.busy_ns);
-      m.busy_ns = result.busy_ns;
-      LearnLocked(st, mark, m);
     } else {
       // Interval not measurable: the estimate stands (a light tail's, the slower one).
       result.busy_ns = mark.light ? mark.light_estimate_ns : mark.estimate_ns;
