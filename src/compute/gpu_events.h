@@ -18,9 +18,10 @@
 //              completed first (both events complete, same device).
 //   QueryAgainst  cuEventElapsedTime_v2(&ms, reference, e), `reference` complete: CUDA_SUCCESS ->
 //              kReady (and ms, what ElapsedMs(reference, e) would read), CUDA_ERROR_NOT_READY ->
-//              kNotReady; otherwise, or without the _v2 entry, Query(e). cuEventQuery's first look at a completed event processes the stream's
-//              finished work (1.5 us on an H200, against 0.11 us while the event is pending);
-//              cuEventElapsedTime_v2 reads the timestamps only (0.14-0.28 us either way).
+//              kNotReady; otherwise, or without the _v2 entry, Query(e). cuEventQuery's first
+//              look at a completed event processes the stream's finished work (1.5 us on an
+//              H200, against 0.11 us while the event is pending); cuEventElapsedTime_v2 reads
+//              the timestamps only (0.14-0.28 us either way).
 // Every method may be called from any thread that launches on the device (the tracker
 // serialises its own calls with a mutex); the interposer makes the owning context current when
 // needed.
