@@ -169,7 +169,9 @@ TEST(BusyTrackerTest, OneKernelOnAnIdleStreamIsItsDuration) {
 // A stream that runs dry before every launch has its last mark asked about at every launch, and
 // finds it complete: on the driver a query's first look at a completed event costs 13 times its
 // look at a pending one, so once an event has been processed (the anchor, complete) the tracker
-// asks against it (cuEventElapsedTime_v2) and measures the same.
+// asks against it (cuEventElapsedTime_v2) and measures the same. That answer carries the event's
+// time against the anchor: here every poll asks about each begin and mark in turn, so none is
+// asked for its time again (39 were before: every event but the first, the anchor).
 TEST(BusyTrackerTest, CompletionIsAskedAgainstTheAnchorOnceThereIsOne) {
   Rig rig;
   for (int i = 0; i < 20; ++i) {
@@ -179,24 +181,21 @@ TEST(BusyTrackerTest, CompletionIsAskedAgainstTheAnchorOnceThereIsOne) {
   }
   EXPECT_EQ(rig.Measured(), 20 * kMs);
   EXPECT_EQ(rig.tracker.stats().begins, 20);
+  EXPECT_EQ(rig.tracker.stats().marks, 40);
   EXPECT_LE(rig.ops.queries, 1);  // the first idle check, before any event was processed
   EXPECT_GE(rig.ops.queries_against, 19 * 2);  // the other idle checks and the polls
+  EXPECT_EQ(rig.ops.elapsed, 0);
 }
 
-// A query against the anchor that finds a mark complete reads its time with the answer
-// (cuEventElapsedTime_v2 gives both): processing the mark does not ask for it again. Here every
-// poll asks about each begin and mark in turn, so none is asked for its time (39 asked before:
-// every event but the first, the anchor); the measure is the same.
-TEST(BusyTrackerTest, AMarkFoundCompleteIsTimedByTheQueryThatFoundIt) {
-  Rig rig;
-  for (int i = 0; i < 20; ++i) {
-    ASSERT_TRUE(rig.Launch(rig.s0, 1 * kMs));
-    rig.Advance(4 * kMs);
-    rig.Measured();
+// 200 launches of 10 us onto a stream that runs dry between them (one every 50 us), a poll every
+// 250 us, then 1 ms for the last to complete.
+void LaunchDryAndPoll(Rig& rig) {
+  for (int i = 0; i < 200; ++i) {
+    ASSERT_TRUE(rig.Launch(rig.s0, 10 * kUs));
+    rig.Advance(50 * kUs);
+    if (i % 5 == 4) rig.Measured();
   }
-  EXPECT_EQ(rig.Measured(), 20 * kMs);
-  EXPECT_EQ(rig.tracker.stats().marks, 40);
-  EXPECT_EQ(rig.ops.elapsed, 0);
+  rig.Advance(1 * kMs);
 }
 
 // Marks known complete through a later one are not asked about, so they are asked for their
@@ -207,12 +206,7 @@ TEST(BusyTrackerTest, ATimeReadAgainstAReplacedAnchorIsAskedAgain) {
   BusyTrackerOptions options = ExactOptions();
   options.rebase_after_ns = 100 * kUs;
   Rig rig(options);
-  for (int i = 0; i < 200; ++i) {
-    ASSERT_TRUE(rig.Launch(rig.s0, 10 * kUs));
-    rig.Advance(50 * kUs);
-    if (i % 5 == 4) rig.Measured();  // a poll every 250 us
-  }
-  rig.Advance(1 * kMs);
+  LaunchDryAndPoll(rig);
   EXPECT_EQ(rig.Measured(), 200 * 10 * kUs);
   EXPECT_EQ(rig.Measured(), rig.Truth());
   EXPECT_GT(rig.ops.elapsed, 0);
@@ -1131,12 +1125,7 @@ TEST(BusyTrackerTest, RingSlotsBeingWrittenOrOverwrittenAreHandled) {
 // again (a stream completes its events in order): about one query per launch, not three.
 TEST(BusyTrackerTest, EventsSeenDoneThroughALaterOneAreNotQueriedAgain) {
   Rig rig;
-  for (int i = 0; i < 200; ++i) {
-    ASSERT_TRUE(rig.Launch(rig.s0, 10 * kUs));
-    rig.Advance(50 * kUs);
-    if (i % 5 == 4) rig.Measured();  // a poll every 250 us
-  }
-  rig.Advance(1 * kMs);
+  LaunchDryAndPoll(rig);
   EXPECT_EQ(rig.Measured(), 200 * 10 * kUs);
   EXPECT_EQ(rig.Measured(), rig.Truth());
   const TrackerStats s = rig.tracker.stats();
