@@ -22,9 +22,13 @@ Each round runs every row natively, then at each limit with the old and the new 
 one goes first alternates by round and limit), each limited run with a fresh ledger and
 LIBCUDA_LOG_LEVEL=4: the limiter's summary at exit gives its marks and event queries per launch,
 queue waits, measured share and period. --warmup / --seconds replace every row's window (serving's too).
+Every run's GPU-Util over its window is the mean of the driver's samples (as
+bench/compute_matrix.py reads it; none with --workload-cmd).
 --serving L adds bench/serving/serve.py (bench/compute_matrix.py's
 serving arguments, pinned as there) at the limits L, old and new, with a native run per round;
-its tokens/s and the limiter's busy time over the process's life.
+its tokens/s, the limiter's busy time over the process's life, and its GPU-Util per decode step
+(GPU-Util x window / serve.py's decode steps: the busy time each step of ~32 sequences costs,
+which a limit should leave as it is natively).
 
 --old-env / --new-env add variables to that side's limited runs (comma-separated VAR=VALUE), so
 that one library can be compared with itself under another setting:
@@ -32,7 +36,8 @@ that one library can be compared with itself under another setting:
 
 Output: DIR/compute-ab.md (per row and limit: the native rates, old and new as a share of the
 round's native rate, their marks and event queries per launch, the time their launching threads
-slept and their launches measured lightly, and the limiter's measure) and DIR/compute-ab.json, the
+slept and their launches measured lightly, the limiter's measure, GPU-Util native / old / new, and
+for serving the GPU-Util per decode step) and DIR/compute-ab.json, the
 table printed too; every command and its output in DIR/compute-ab.log. Exit status 1 when a run failed.
 
 An old library beside the working tree's, on a GPU machine whose git metadata may lag (archive
@@ -51,7 +56,8 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import compute_matrix as cm  # noqa: E402
-from compute_common import ROOT, Launcher, fmt, git_describe, log, nvcc_build, summary_of  # noqa: E402
+from compute_common import (ROOT, Launcher, UtilSampler, fmt, git_describe, log, nvcc_build,  # noqa: E402
+                            summary_of, util_of)
 
 OUTPUT = "compute-ab"
 LAUNCH_ROWS = {
@@ -77,8 +83,9 @@ def limits_of(row, limits):
 
 
 class Runner:
-    def __init__(self, args, logf):
+    def __init__(self, args, logf, sampler=None):
         self.args = args
+        self.sampler = sampler  # GPU-Util of each run's window; None: not read
         self.libs = {"old": Launcher(args.old, logf, prefix="vgpu-ab-old-"),
                      "new": Launcher(args.new, logf, prefix="vgpu-ab-new-")}
         self.native = self.libs["old"]  # native runs drop the library's variables either way
@@ -120,6 +127,9 @@ class Runner:
         res = launcher.result_of(out, err, rc)
         rate = res.get("tokens_per_s" if row == "serving" else "rate")
         rec = {"row": row, "lib": lib or "native", "limit": limit, "rate": rate, "error": res.get("error")}
+        for key in ("t_start", "t_end", "decode_steps", "window_s"):  # serve.py's steps and window
+            if key in res:
+                rec[key] = res[key]
         if lib is not None:
             rec.update(summary_of(err))
         if rec["error"] or not isinstance(rate, (int, float)):
@@ -128,6 +138,19 @@ class Runner:
         log(f"{row} {rec['lib']}" + (f" at {limit}" if lib else "") + ": " +
             (rec["error"] if rec["error"] else fmt(rate, 1)))
         return rec
+
+    def add_util(self, records):
+        """Each run's GPU-Util over its window, once the driver's samples past the last are in."""
+        for rec in records:
+            if self.sampler and not rec["error"] and "t_start" in rec:
+                rec["util"] = util_of(self.sampler, rec)
+
+
+def step_busy_ms(rec):
+    """GPU-Util per decode step of a serving run (ms), or None."""
+    if not rec or rec.get("error") or rec.get("util") is None or not rec.get("decode_steps") or not rec.get("window_s"):
+        return None
+    return rec["util"] / 100.0 * rec["window_s"] * 1000.0 / rec["decode_steps"]
 
 
 def plan(rows, rounds, limits):
@@ -146,7 +169,8 @@ def table(records, rows, limits):
     """Markdown: per row and limit, the rounds' native rates and old / new shares of them."""
     out = ["| row | limit | native rate per round | old: share of native | new: share of native | "
            "marks / event queries per launch, old / new | throttled (ms) / launches measured lightly, old / new | "
-           "limiter's measure (ppm), old / new |", "|---|---|---|---|---|---|---|---|"]
+           "limiter's measure (ppm), old / new | GPU-Util per round, native / old / new | "
+           "GPU-Util per decode step (ms), native / old / new |", "|---|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
         natives = [r for r in records if r["row"] == row and r["lib"] == "native"]
         for limit in limits_of(row, limits):
@@ -154,6 +178,8 @@ def table(records, rows, limits):
             marks = {"old": [], "new": []}
             throttle = {"old": [], "new": []}
             measure = {"old": [], "new": []}
+            util = [fmt(nat.get("util"), 1) for nat in natives]
+            per_step = [fmt(step_busy_ms(nat), 3) for nat in natives]
             for rnd, nat in enumerate(natives):
                 for lib in ("old", "new"):
                     rec = next((r for r in records if r["row"] == row and r["lib"] == lib and r["limit"] == limit
@@ -164,6 +190,8 @@ def table(records, rows, limits):
                                       if rec else "–")
                     throttle[lib].append(f"{fmt(rec.get('throttled_ms'), 0)}/{fmt(rec.get('light'), 0)}" if rec else "–")
                     measure[lib].append(str(int(rec["measured_ppm"])) if rec and "measured_ppm" in rec else "–")
+                    util[rnd] += "/" + fmt(rec.get("util") if rec and not rec["error"] else None, 1)
+                    per_step[rnd] += "/" + fmt(step_busy_ms(rec), 3)
             rates = ", ".join(fmt(n["rate"], 0) if not n["error"] else "failed" for n in natives)
             shown = {}
             for lib, values in shares.items():
@@ -173,7 +201,8 @@ def table(records, rows, limits):
             out.append(f"| {row} | {limit} | {rates} | {shown['old']} | {shown['new']} | "
                        f"{', '.join(marks['old'])} / {', '.join(marks['new'])} | "
                        f"{', '.join(throttle['old'])} / {', '.join(throttle['new'])} | "
-                       f"{', '.join(measure['old'])} / {', '.join(measure['new'])} |")
+                       f"{', '.join(measure['old'])} / {', '.join(measure['new'])} | {', '.join(util)} | "
+                       f"{', '.join(per_step) if row == 'serving' else '–'} |")
     return "\n".join(out)
 
 
@@ -239,8 +268,13 @@ def main(argv=None):
     if not s.out:
         p.error("--out (or $OUT) is required")
     os.makedirs(s.out, exist_ok=True)
+    sampler = None
+    if not s.workload_cmd:
+        sampler = UtilSampler(s.gpu_index)
+        sampler.start()
+        sampler.warn_if_busy()
     with open(os.path.join(s.out, OUTPUT + ".log"), "w") as logf:
-        runner = Runner(s, logf)
+        runner = Runner(s, logf, sampler)
         try:
             if not s.workload_cmd:
                 runner.binary = nvcc_build(cm.CONCURRENCY_SRC, os.path.join(s.out, "bench-compute", "concurrency"),
@@ -255,8 +289,11 @@ def main(argv=None):
                 rec = runner.run(row, lib, limit)
                 rec["round"] = rounds[row]
                 records.append(rec)
+            runner.add_util(records)
         finally:
             runner.close()
+            if sampler and sampler.source:
+                sampler.stop()
     md = table(records, rows, s.limits)
     if serving:
         md += "\n\n" + table(records, ["serving"], serving)

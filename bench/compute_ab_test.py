@@ -105,6 +105,21 @@ class Plan(unittest.TestCase):
         self.assertEqual(got["queries"], 23842)
         self.assertNotIn("light_banked", ab.summary_of(H200_SUMMARY))  # a library from before the bank's light
 
+    def test_gpu_util_per_round_and_per_decode_step(self):
+        def rec(lib, limit, rate, util, steps):
+            return {"row": "serving", "lib": lib, "limit": limit, "rate": rate, "error": None, "round": 0,
+                    "util": util, "decode_steps": steps, "window_s": 12.0}
+        records = [rec("native", None, 5000.0, 90.0, 1890), rec("old", 60, 3200.0, 60.0, 1200),
+                   rec("new", 60, 3300.0, 60.0, 1240)]
+        md = ab.table(records, ["serving"], [60])
+        # 90% of 12 s over 1890 steps: 5.714 ms; 60% over 1200: 6.000; over 1240: 5.806
+        self.assertIn("| 90.0/60.0/60.0 | 5.714/6.000/5.806 |", md)
+        records[1]["error"] = "exit 1"
+        records[2].pop("util")  # not read (no NVML, or --workload-cmd)
+        self.assertIn("| 90.0/–/– | 5.714/–/– |", ab.table(records, ["serving"], [60]))
+        records[0]["row"] = records[1]["row"] = records[2]["row"] = "1x5us"
+        self.assertTrue(ab.table(records, ["1x5us"], [60]).rstrip().endswith("| 90.0/–/– | – |"))
+
 
 class Runs(unittest.TestCase):
     def setUp(self):
