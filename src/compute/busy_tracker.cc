@@ -384,7 +384,7 @@ int64_t BusyTracker::AfterLaunch(const LaunchTicket& ticket, bool launched, int6
     StreamState& st = slots_[ticket.slot];
     const bool graph = !ticket.starts_after_return;
     estimate = std::llround(EstimateLocked(st, graph));
-    st.tail_light_estimate_ns += std::llround(SlowEstimateLocked(st, graph));
+    if (st.tail_light) st.tail_light_estimate_ns += std::llround(SlowEstimateLocked(st, graph));
     if (graph) ++st.tail_graphs;
     if (st.last_submit_ns > 0) {  // a share, not a mean: a rest between two launches is one period
       const bool slower = static_cast<double>(ticket.submit_ns - st.last_submit_ns) >

@@ -477,7 +477,7 @@ class BusyTracker {
     KindEstimate kinds[2];
     int32_t tail_graphs = 0;         // of tail_launches, graph launches
     bool tail_light = false;         // the tail's first launch was submitted under light measurement
-    int64_t tail_light_estimate_ns = 0;  // PendingMark::light_estimate_ns of the tail
+    int64_t tail_light_estimate_ns = 0;  // PendingMark::light_estimate_ns of the tail (tail_light only)
     // Length per launch of deep (gap-free) intervals only: EWMA and decaying maximum.
     double deep_cost_ns = 0;
     double deep_max_ns = 0;
