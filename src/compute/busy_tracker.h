@@ -154,6 +154,8 @@ struct BusyTrackerOptions {
   // charged, a launcher marked at nearly every launch lost that share of its throughput under the
   // limit. Each interval counts this much less (at most half of it, with the begin's skew); 2 us
   // gave host-bound mixes more of their share than 1.2 us, and GPU-Util then reads the limit.
+  // 4 us left the serving workload where it was and took host mixes past their share (GPU-Util
+  // 70 at a limit of 60; docs/benchmarks.md, 2026-11-28).
   int64_t mark_gpu_ns = 2'000;
   // A command reaches the GPU some time after the host submitted it: on an H200 kernels started a
   // median 14 us after the hook's entry, 9 us after the launch call returned (docs/benchmarks.md,
@@ -185,9 +187,11 @@ struct BusyTrackerOptions {
   // with launch latencies spread uniformly over 5 us, eager launches of 5-40 us kernels (20 us of
   // host work each, 68% busy natively) got 78.5 of their 88.7 at a limit of 60. The bound then
   // adds this fraction of the begins' mean delay above D (each begin's excess capped at
-  // max_delay_excess_ns, averaged with estimate_gain): 1 makes the bound right on average, at the
-  // price of cutting the start of kernels that came early. 0 (the default): D alone, as measured
-  // on an H200 with the kernels' own stamps (not yet measured with the excess).
+  // max_delay_excess_ns, averaged with estimate_gain): 1 makes the bound right on average in the
+  // simulation, at the price of cutting the start of kernels that came early. 0 (the default): D
+  // alone. On an H200 the excess is not the kernels': with 1, host mixes' intervals held 4-6% of
+  // the window where their kernels ran 50-61% by their own stamps (docs/benchmarks.md,
+  // 2026-11-28).
   double start_delay_excess = 0;
   int64_t max_delay_excess_ns = 20'000;
   int64_t queued_margin_ns = 4'000;
