@@ -4,7 +4,7 @@ a limit binds in a workload's bursts though its mean share is below it.
 
 Usage: python3 bench/compute/busy_windows.py --library FILE (--serve-json FILE | --span T0 T1)
                                              [--windows 10,50,200,1000] [--limits 30,60,90]
-                                             [--replay]
+                                             [--replay] [--long-ms MS]
 
   --library FILE    libvgpu.so's VGPU_COMPUTE_TRACE: the busy intervals the limiter measured (B)
                     and its launching threads' sleeps (S); launches (L) are counted
@@ -15,6 +15,7 @@ Usage: python3 bench/compute/busy_windows.py --library FILE (--serve-json FILE |
   --limits P,...    limits, percent (default 30,60,90)
   --replay          also replay the span's busy intervals through the limiter's budget at each
                     limit (below)
+  --long-ms MS      also split the span's measured intervals at MS milliseconds (below)
 
 Prints the span's busy share (the union of B intervals in it) and the sleeps in it; per window
 length, the windows' mean busy share, how many windows fall in each tenth (0-10% ... 90-100%),
@@ -35,6 +36,15 @@ alone, a run spends the same budget in one piece. For a trace taken where the li
 (a limit of 99 with VGPU_COMPUTE_LIGHT=false measures every launch and throttles nothing) it is
 the expected share of a workload whose demand comes in waves, which the mean busy share alone
 does not give (min(100, 100 x P / mean busy)).
+
+--long-ms splits the measured intervals that start in the span at a length: a server's decode
+steps replayed from CUDA graphs are one launch and one interval each (the matrix's serving
+workload: ~5 ms), its eager launches (prefills, sampling) short ones. Printed: the long intervals'
+count, mean and median length; per long interval, the short ones (how many, their milliseconds)
+and the launches; the launch call's median and mean (an L record's length: the hook's entry to
+the end of its bookkeeping, throttle sleeps included); and the long intervals' mean length by
+how long after the end of the last sleep before them they started (does a step run slower after
+a rest?). Two runs' lines side by side say where a step's busy time differs.
 
 Only the intervals the limiter measured are B records: launches it measured lightly (charged
 their estimates, VGPU_COMPUTE_LIGHT) are not, so where many were, the busy share here is low
@@ -144,6 +154,55 @@ def report(args, out=sys.stdout):
               + ", ".join(f"at {p:g} {replay(timeline.busy, t0, t1, p):.1f}% of the span's throughput"
                           for p in args.limits),
               file=out)
+    if args.long_ms is not None:
+        split_report(launches, sleeps, intervals, t0, t1, args.long_ms, out)
+
+
+SINCE_SLEEP_MS = (1, 10, 50, 100)  # --long-ms: bins of the time since the last sleep ended
+
+
+def median(values):
+    v = sorted(values)
+    n = len(v)
+    return (v[n // 2] + v[(n - 1) // 2]) / 2
+
+
+def split_report(launches, sleeps, intervals, t0, t1, long_ms, out):
+    """--long-ms: the span's intervals at least long_ms long against the others (module docstring)."""
+    cut = long_ms * 1e6
+    inside = [(a, b) for a, b in intervals if t0 <= a < t1]
+    long = [(a, b) for a, b in inside if b - a >= cut]
+    short = [b - a for a, b in inside if b - a < cut]
+    calls = [b - a for a, b in launches if t0 <= a < t1]
+    if not long:
+        print(f"intervals of {long_ms:g} ms or longer: none among {len(inside)} in the span", file=out)
+        return
+    lengths = [b - a for a, b in long]
+    n = len(long)
+    print(f"intervals of {long_ms:g} ms or longer: {n}, mean {sum(lengths) / n / 1e6:.3f} ms, "
+          f"median {median(lengths) / 1e6:.3f} ms; per one of them {len(short) / n:.1f} shorter intervals "
+          f"({sum(short) / n / 1e6:.3f} ms) and {len(calls) / n:.1f} launches", file=out)
+    if calls:
+        print(f"launch call (hook entry to the end of its bookkeeping): median {median(calls) / 1e3:.2f} us, "
+              f"mean {sum(calls) / len(calls) / 1e3:.2f} us", file=out)
+    ends = sorted(t + ns for t, ns in sleeps)
+    bins = [[] for _ in range(len(SINCE_SLEEP_MS) + 2)]  # + no sleep before, + the last bin
+    j = 0
+    for a, b in long:
+        while j < len(ends) and ends[j] <= a:
+            j += 1
+        if j == 0:
+            bins[-1].append(b - a)
+            continue
+        since = (a - ends[j - 1]) / 1e6
+        k = next((i for i, edge in enumerate(SINCE_SLEEP_MS) if since < edge), len(SINCE_SLEEP_MS))
+        bins[k].append(b - a)
+    names = [f"< {SINCE_SLEEP_MS[0]} ms"]
+    names += [f"{lo}-{hi} ms" for lo, hi in zip(SINCE_SLEEP_MS, SINCE_SLEEP_MS[1:])]
+    names += [f">= {SINCE_SLEEP_MS[-1]} ms", "no sleep before"]
+    print("their mean length by the time since the last sleep ended: "
+          + ", ".join(f"{name} {len(v)} x {sum(v) / len(v) / 1e6:.3f} ms" for name, v in zip(names, bins) if v),
+          file=out)
 
 
 def numbers(text, what):
@@ -166,7 +225,10 @@ def parse_args(argv=None):
     p.add_argument("--windows", default="10,50,200,1000", help="window lengths in ms (default 10,50,200,1000)")
     p.add_argument("--limits", default="30,60,90", help="limits in percent (default 30,60,90)")
     p.add_argument("--replay", action="store_true", help="replay the busy intervals through the limiter's budget")
+    p.add_argument("--long-ms", type=float, help="split the measured intervals at this length, ms (below)")
     args = p.parse_args(argv)
+    if args.long_ms is not None and args.long_ms <= 0:
+        sys.exit(f"busy_windows: --long-ms {args.long_ms:g}: expected a positive number of milliseconds")
     args.windows = numbers(args.windows, "--windows")
     args.limits = numbers(args.limits, "--limits")
     if any(p > 100 for p in args.limits):

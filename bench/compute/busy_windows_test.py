@@ -87,9 +87,22 @@ class BusyWindowsTest(unittest.TestCase):
         self.assertRegex(text, r"replayed through the limiter's budget \(closed loop\): at 30 [\d.]+% of the "
                                r"span's throughput, at 90 100.0% of the span's throughput")
 
+    def test_long_intervals_split_from_the_rest(self):
+        # Each period's 50 ms interval is long at 10 ms, its five 2 ms ones short; it starts 37 ms
+        # after the previous period's sleep ended (the first one has no sleep before it).
+        text = self.run_report("--library", self.trace, "--serve-json", self.serve, "--long-ms", "10")
+        self.assertIn("intervals of 10 ms or longer: 10, mean 50.000 ms, median 50.000 ms; per one of them "
+                      "5.0 shorter intervals (10.000 ms) and 50.0 launches", text)
+        self.assertIn("launch call (hook entry to the end of its bookkeeping): median 5.00 us, mean 5.00 us", text)
+        self.assertIn("their mean length by the time since the last sleep ended: 10-50 ms 9 x 50.000 ms, "
+                      "no sleep before 1 x 50.000 ms", text)
+        text = self.run_report("--library", self.trace, "--serve-json", self.serve, "--long-ms", "60")
+        self.assertIn("intervals of 60 ms or longer: none among 60 in the span", text)
+
     def test_bad_input_is_named(self):
         for argv, needle in ((["--windows", "10,x"], "--windows '10,x'"), (["--limits", "0"], "--limits '0'"),
-                             (["--limits", "90,120"], "--limits 90,120: at most 100")):
+                             (["--limits", "90,120"], "--limits 90,120: at most 100"),
+                             (["--long-ms", "0"], "--long-ms 0: expected a positive number")):
             with self.assertRaises(SystemExit) as e:
                 busy_windows.parse_args(["--library", self.trace, "--serve-json", self.serve] + argv)
             self.assertIn(needle, str(e.exception.code))
