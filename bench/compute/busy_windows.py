@@ -53,6 +53,7 @@ their estimates, VGPU_COMPUTE_LIGHT) are not, so where many were, the busy share
 import argparse
 import json
 import os
+import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -161,12 +162,6 @@ def report(args, out=sys.stdout):
 SINCE_SLEEP_MS = (1, 10, 50, 100)  # --long-ms: bins of the time since the last sleep ended
 
 
-def median(values):
-    v = sorted(values)
-    n = len(v)
-    return (v[n // 2] + v[(n - 1) // 2]) / 2
-
-
 def split_report(launches, sleeps, intervals, t0, t1, long_ms, out):
     """--long-ms: the span's intervals at least long_ms long against the others (module docstring)."""
     cut = long_ms * 1e6
@@ -180,10 +175,10 @@ def split_report(launches, sleeps, intervals, t0, t1, long_ms, out):
     lengths = [b - a for a, b in long]
     n = len(long)
     print(f"intervals of {long_ms:g} ms or longer: {n}, mean {sum(lengths) / n / 1e6:.3f} ms, "
-          f"median {median(lengths) / 1e6:.3f} ms; per one of them {len(short) / n:.1f} shorter intervals "
+          f"median {statistics.median(lengths) / 1e6:.3f} ms; per one of them {len(short) / n:.1f} shorter intervals "
           f"({sum(short) / n / 1e6:.3f} ms) and {len(calls) / n:.1f} launches", file=out)
     if calls:
-        print(f"launch call (hook entry to the end of its bookkeeping): median {median(calls) / 1e3:.2f} us, "
+        print(f"launch call (hook entry to the end of its bookkeeping): median {statistics.median(calls) / 1e3:.2f} us, "
               f"mean {sum(calls) / len(calls) / 1e3:.2f} us", file=out)
     ends = sorted(t + ns for t, ns in sleeps)
     bins = [[] for _ in range(len(SINCE_SLEEP_MS) + 2)]  # + no sleep before, + the last bin
