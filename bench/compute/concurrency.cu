@@ -42,8 +42,10 @@
 //                      launches, then cudaStreamSynchronize, then --host-us H of host work (a
 //                      spin; default 0), and again; with --expensive-every M every M-th launch
 //                      is a kernel of --expensive-us E instead of --kernel-us (a prefill among
-//                      decode steps). Not with --graph-branches, --trace, --pause, --mark-every,
-//                      --host-times (which times only batches' waits)
+//                      decode steps); with --graph-branches each launch replays the graph (a
+//                      server's decode step captured as a graph; not with --expensive-every or
+//                      --stamps). Not with --trace, --pause, --mark-every, --host-times (which
+//                      times only batches' waits)
 //     --stamps FILE    (--steps, WorkKernel) the kernels stamp the GPU's global timer as their
 //                      first block starts and their last block ends (two atomics per block); the
 //                      launches of the steps started inside the window (the first 2^20) are
@@ -287,8 +289,8 @@ void Drive(Shared& sh, std::vector<Lane>* lanes) {
   }
 }
 
-// --steps: a server's loop on one stream. Counts a step's kernels when the window is open as its
-// synchronisation returns.
+// --steps: a server's loop on one stream (with a graph: N replays per step). Counts a step's
+// kernels when the window is open as its synchronisation returns.
 // With --stamps, the launches of the steps that start inside the window are stamped, in order.
 void DriveSteps(Shared& sh, Lane* lane, const Options& o) {
   long long launched = 0, stamped = 0;
@@ -298,12 +300,17 @@ void DriveSteps(Shared& sh, Lane* lane, const Options& o) {
     if (stamp && sh.stamp_first < 0) sh.stamp_first = stamped;
     for (int k = 0; k < o.steps; ++k) {
       ++launched;
+      if (lane->graph != nullptr) {
+        CHECK(cudaGraphLaunch(lane->graph, lane->stream));
+        continue;
+      }
       const bool expensive = o.expensive_every > 0 && launched % o.expensive_every == 0;
       if (stamp) sh.stamp_expensive[stamped] = expensive;
       LaunchKernel(sh, lane->stream, expensive, stamp ? stamped++ : -1);
     }
     CHECK(cudaStreamSynchronize(lane->stream));
-    if (sh.phase.load(std::memory_order_acquire) == 1) sh.counted.fetch_add(o.steps);
+    const int per_launch = lane->graph != nullptr ? lane->kernels_per_batch : 1;
+    if (sh.phase.load(std::memory_order_acquire) == 1) sh.counted.fetch_add(o.steps * per_launch);
     SpinHost(o.host_us * 1e-6);
   }
   if (sh.stamp_first >= 0) sh.stamp_last = stamped;
@@ -385,12 +392,14 @@ bool ParseArgs(int argc, char** argv, Options* o) {
   const bool steps_options =
       o->expensive_every != 0 || o->expensive_us != 0 || o->host_us != 0 || !o->stamps_path.empty();
   if (o->steps < 0 || (o->steps == 0 && steps_options) ||
-      (o->steps > 0 && (o->streams != 1 || o->threads != 1 || o->graph_branches > 0 || !o->trace_path.empty() ||
+      (o->steps > 0 && (o->streams != 1 || o->threads != 1 || !o->trace_path.empty() ||
+                        (o->graph_branches > 0 && (o->expensive_every > 0 || !o->stamps_path.empty())) ||
                         o->pause_run_s > 0 || o->mark_every > 0 || o->host_times || o->host_us < 0 ||
                         o->expensive_every < 0 || (o->expensive_every > 0) != (o->expensive_us > 0) ||
                         (!o->stamps_path.empty() && o->clock_spin)))) {
-    fprintf(stderr, "concurrency: bad --steps options (N > 0 on one stream and thread, without --graph-branches, "
-                    "--trace, --pause, --mark-every or --host-times; --expensive-every M > 0 with --expensive-us E > 0; "
+    fprintf(stderr, "concurrency: bad --steps options (N > 0 on one stream and thread, without --trace, --pause, "
+                    "--mark-every or --host-times; --graph-branches without --expensive-every or --stamps; "
+                    "--expensive-every M > 0 with --expensive-us E > 0; "
                     "--host-us >= 0; --stamps not with --clock-spin)\n");
     return false;
   }

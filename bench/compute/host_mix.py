@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""Launchers slower than their kernels, with expensive kernels among cheap ones, natively and under
-one or more builds of libvgpu.so: is the busy time they are charged the GPU's? A diagnostic for
-docs/compute.md ("Uniform streams").
+"""Launchers slower than their kernels, with expensive kernels among cheap ones, and a server's
+decode step replayed as a CUDA graph, natively and under one or more builds of libvgpu.so: is the
+busy time they are charged the GPU's? A diagnostic for docs/compute.md ("Uniform streams").
 
 Usage: python3 bench/compute/host_mix.py --library LIB[,LIB2...] [--limits 60,30] [--rounds 1]
-                                         [--rows mixA,mixB,mixC] [--warmup 1] [--seconds 3]
+                                         [--rows mixA,mixB,mixC,graphsteps] [--warmup 1] [--seconds 3]
                                          [--binary CONCURRENCY] [--stamps] [--out DIR]
 
 Each row is bench/compute/concurrency.cu's --steps mode (one thread, one stream, a
@@ -13,6 +13,9 @@ synchronisation after every step; built here with nvcc, or --binary): launches o
   mixA  50 per step, 3 us and every 5th 40 us, 10 us of host work per launch
   mixB  50 per step, 5 us and every 10th 100 us, 8 us of host work per launch
   mixC  20 per step, 4 us and every 4th 25 us, 6 us per launch and 100 us after each step
+  graphsteps  a server's decode step as a CUDA graph: one replay of a chain of 256 kernels of
+        16 us per step, 500 us of host work after each (no stamps: a graph's kernels cannot
+        take a slot per launch)
 Each round runs every row natively, then under each library at each limit (a fresh ledger each,
 LIBCUDA_LOG_LEVEL=4 for the limiter's summary). Printed per run: kernels/s as a share of the
 round's native run, E (what the limit leaves of the native busy time: min(100, 100 x limit /
@@ -44,7 +47,9 @@ ROWS = {
     "mixA": "--steps 50 --kernel-us 3 --expensive-every 5 --expensive-us 40 --host-ns 10000",
     "mixB": "--steps 50 --kernel-us 5 --expensive-every 10 --expensive-us 100 --host-ns 8000",
     "mixC": "--steps 20 --kernel-us 4 --expensive-every 4 --expensive-us 25 --host-ns 6000 --host-us 100",
+    "graphsteps": "--steps 1 --kernel-us 16 --graph-branches 1 --graph-depth 256 --host-us 500",
 }
+UNSTAMPED = {"graphsteps"}  # rows whose kernels cannot stamp themselves (concurrency.cu --stamps)
 SOURCE = os.path.join(HERE, "concurrency.cu")
 
 
@@ -102,7 +107,8 @@ def main():
         env = launcher.env_for(limit, summary=True) if limit is not None else launcher.env_for(None)
         cmd = [binary, "run"] + ROWS[row].split() + ["--warmup", f"{args.warmup:g}", "--seconds", f"{args.seconds:g}"]
         trace = None
-        if args.stamps:
+        stamped = args.stamps and row not in UNSTAMPED
+        if stamped:
             name = f"{next(run_numbers)}-{row}-{limit or 'native'}"
             stamps = os.path.join(stamps_dir, name + ".stamps")
             cmd += ["--stamps", stamps]
@@ -117,7 +123,7 @@ def main():
         rec = {"rate": res["rate"], "util": util_of(sampler, res)}
         if limit is not None:
             rec.update(summary_of(stderr))
-        if args.stamps:
+        if stamped:
             busy = busy_truth.read_library(trace)[2] if trace else None
             rec["truth"] = busy_truth.analyse(busy_truth.read_stamps(stamps), busy)
             t = rec["truth"]
