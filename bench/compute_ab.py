@@ -28,7 +28,8 @@ bench/compute_matrix.py reads it; none with --workload-cmd).
 serving arguments, pinned as there) at the limits L, old and new, with a native run per round;
 its tokens/s, the limiter's busy time over the process's life, and its GPU-Util per decode step
 (GPU-Util x window / serve.py's decode steps: the busy time each step of ~32 sequences costs,
-which a limit should leave as it is natively).
+which a limit should leave as it is natively), and the medians of serve.py's per-step host times:
+the graph replay call and the wait from its return to the step's end.
 
 --old-env / --new-env add variables to that side's limited runs (comma-separated VAR=VALUE), so
 that one library can be compared with itself under another setting:
@@ -130,6 +131,9 @@ class Runner:
         for key in ("t_start", "t_end", "decode_steps", "window_s"):  # serve.py's steps and window
             if key in res:
                 rec[key] = res[key]
+        for key in ("replay_call_us", "step_wait_us"):  # serve.py's per-step host times: their medians
+            if isinstance(res.get(key), dict) and res[key].get("p50") is not None:
+                rec[key] = res[key]["p50"]
         if lib is not None:
             rec.update(summary_of(err))
         if rec["error"] or not isinstance(rate, (int, float)):
@@ -153,6 +157,13 @@ def step_busy_ms(rec):
     return rec["util"] / 100.0 * rec["window_s"] * 1000.0 / rec["decode_steps"]
 
 
+def step_host_times(rec):
+    """"replay/wait" of a serving run: the medians of serve.py's replay_call_us and step_wait_us."""
+    if not rec or rec.get("error"):
+        return "–"
+    return f"{fmt(rec.get('replay_call_us'), 0)}/{fmt(rec.get('step_wait_us'), 0)}"
+
+
 def plan(rows, rounds, limits):
     """Every run in order: (row, lib or None, limit)."""
     steps = []
@@ -170,7 +181,9 @@ def table(records, rows, limits):
     out = ["| row | limit | native rate per round | old: share of native | new: share of native | "
            "marks / event queries per launch, old / new | throttled (ms) / launches measured lightly, old / new | "
            "limiter's measure (ppm), old / new | GPU-Util per round, native / old / new | "
-           "GPU-Util per decode step (ms), native / old / new |", "|---|---|---|---|---|---|---|---|---|---|"]
+           "GPU-Util per decode step (ms), native / old / new | "
+           "graph replay call / wait for the step, p50 (µs), native / old / new |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
         natives = [r for r in records if r["row"] == row and r["lib"] == "native"]
         for limit in limits_of(row, limits):
@@ -180,6 +193,7 @@ def table(records, rows, limits):
             measure = {"old": [], "new": []}
             util = [fmt(nat.get("util"), 1) for nat in natives]
             per_step = [fmt(step_busy_ms(nat), 3) for nat in natives]
+            host = [step_host_times(nat) for nat in natives]
             for rnd, nat in enumerate(natives):
                 for lib in ("old", "new"):
                     rec = next((r for r in records if r["row"] == row and r["lib"] == lib and r["limit"] == limit
@@ -192,6 +206,7 @@ def table(records, rows, limits):
                     measure[lib].append(str(int(rec["measured_ppm"])) if rec and "measured_ppm" in rec else "–")
                     util[rnd] += "/" + fmt(rec.get("util") if rec and not rec["error"] else None, 1)
                     per_step[rnd] += "/" + fmt(step_busy_ms(rec), 3)
+                    host[rnd] += " / " + step_host_times(rec)
             rates = ", ".join(fmt(n["rate"], 0) if not n["error"] else "failed" for n in natives)
             shown = {}
             for lib, values in shares.items():
@@ -202,7 +217,8 @@ def table(records, rows, limits):
                        f"{', '.join(marks['old'])} / {', '.join(marks['new'])} | "
                        f"{', '.join(throttle['old'])} / {', '.join(throttle['new'])} | "
                        f"{', '.join(measure['old'])} / {', '.join(measure['new'])} | {', '.join(util)} | "
-                       f"{', '.join(per_step) if row == 'serving' else '–'} |")
+                       f"{', '.join(per_step) if row == 'serving' else '–'} | "
+                       f"{', '.join(host) if row == 'serving' else '–'} |")
     return "\n".join(out)
 
 

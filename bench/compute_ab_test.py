@@ -118,7 +118,7 @@ class Plan(unittest.TestCase):
         records[2].pop("util")  # not read (no NVML, or --workload-cmd)
         self.assertIn("| 90.0/–/– | 5.714/–/– |", ab.table(records, ["serving"], [60]))
         records[0]["row"] = records[1]["row"] = records[2]["row"] = "1x5us"
-        self.assertTrue(ab.table(records, ["1x5us"], [60]).rstrip().endswith("| 90.0/–/– | – |"))
+        self.assertTrue(ab.table(records, ["1x5us"], [60]).rstrip().endswith("| 90.0/–/– | – | – |"))
 
 
 class Runs(unittest.TestCase):
@@ -156,6 +156,8 @@ class Runs(unittest.TestCase):
         self.assertIn("| 1x5us | 60 | 200000, 200000 | 60.0, 60.0 (mean 60.0) | 55.0, 55.0 (mean 55.0) |", md)
         self.assertIn("| launch-1x2us | 99 | 500000, 500000 | 99.0, 99.0 (mean 99.0) |", md)
         self.assertIn("| serving | 10 | 5000, 5000 | 10.0, 10.0 (mean 10.0) | 10.0, 10.0 (mean 10.0) |", md)
+        # serve.py's per-step host times, native / old / new per round (the fake's limited runs: 60 us)
+        self.assertIn("| 50/5000 / 60/5000 / 60/5000, 50/5000 / 60/5000 / 60/5000 |", md)
         self.assertEqual(r.stdout.count("| 1x5us |"), 2)  # the table is printed too
 
     def test_each_sides_variables_reach_its_limited_runs_only(self):

@@ -119,7 +119,8 @@ def fake(argv):
         if "--calibrate" in args:
             result.update(busy=1.0, dev_unit_ok=True, dev_unit_s=1.0 / base)
     if kind == "serving":
-        result = {"ok": True, "tokens_per_s": rate, "t_start": t_start, "t_end": result["t_end"]}
+        result = {"ok": True, "tokens_per_s": rate, "t_start": t_start, "t_end": result["t_end"],
+                  "replay_call_us": {"p50": 60.0 if limited else 50.0}, "step_wait_us": {"p50": 5000.0}}
         print(f"serve: {rate:.0f} tokens/s")
     print(json.dumps(result), flush=True)
     return 0

@@ -31,7 +31,10 @@ min(free seen by the N) x utilisation / N. The first process only coordinates an
 Clients start at the go time (at once, or when run.py says so through --barrier DIR NAME); the
 window of --seconds starts --warmup seconds later. Reported over the window: generated tokens/s,
 completed requests/s, request latency (submission to last token), time per output token (first to
-last token / (tokens - 1)) and time to first token, p50 and p99.
+last token / (tokens - 1)) and time to first token, p50 and p99; and per decode step, the host time
+of the graph's replay call (replay_call_us: cudaGraphLaunch and what wraps it) and the time from
+its return to the end of the step's synchronisation (step_wait_us: the part of the step's GPU time
+the host waits for), p50 / p99 / mean / max.
 
 Output: one summary line and one JSON line on stdout (also written to --json FILE). Exit status: 0,
 3 when the GPU ran out of memory at start-up (weights, profiling, KV cache or graph capture), 1 for
@@ -438,6 +441,8 @@ class Engine:
         self.completed = []   # requests finished inside the window
         self.steps_in_window = 0
         self.lanes_in_window = 0
+        self.replay_us = []     # per decode step in the window: the graph replay call's host time
+        self.step_wait_us = []  # and the time from its return to the step's synchronisation's return
 
     def _in_window(self, t):
         return self.window[0] <= t <= self.window[1]
@@ -477,10 +482,13 @@ class Engine:
         top = int(np.flatnonzero(self.active)[-1]) + 1
         B = next(b for b in self.buckets if b >= top)
         s.pos[:B].copy_(s.host_pos[:B], non_blocking=True)
+        t_call = time.perf_counter()
         self.graphs[B].replay()
+        t_return = time.perf_counter()
         s.host_tok[:B].copy_(s.tok[:B], non_blocking=True)
         self.step_done.record()
         self.step_done.synchronize()
+        t_done = time.perf_counter()
         t = time.monotonic()
         act = self.active[:B].copy()
         n = int(act.sum())
@@ -488,6 +496,8 @@ class Engine:
             self.tokens_in_window += n
             self.steps_in_window += 1
             self.lanes_in_window += n
+            self.replay_us.append(1e6 * (t_return - t_call))
+            self.step_wait_us.append(1e6 * (t_done - t_return))
         self.pos[:B][act] += 1
         self.remaining[:B][act] -= 1
         for slot in np.flatnonzero(act & (self.remaining[:B] == 0)):
@@ -637,7 +647,8 @@ def serve_process(args, coord):
         max_reserved_bytes=torch.cuda.max_memory_reserved(device),
         samples={"latency_ms": [1000 * (r.t_done - r.t_submit) for r in done],
                  "ttft_ms": [1000 * (r.t_first - r.t_submit) for r in done],
-                 "tpot_ms": [1000 * (r.t_done - r.t_first) / (r.output - 1) for r in done if r.output > 1]})
+                 "tpot_ms": [1000 * (r.t_done - r.t_first) / (r.output - 1) for r in done if r.output > 1],
+                 "replay_call_us": engine.replay_us, "step_wait_us": engine.step_wait_us})
     return info
 
 
