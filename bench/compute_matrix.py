@@ -32,7 +32,13 @@ Every row runs natively and under LD_PRELOAD=libvgpu.so with CUDA_DEVICE_SM_LIMI
 target (10, 30, 60, 90; --quick: 30, 60), each container with a fresh ledger
 (CUDA_DEVICE_MEMORY_SHARED_CACHE; the processes of one container share it), in the order native
 t1 t2 native t3 t4 native, so that each limited run lies between two native runs (its reference
-is their mean). Throughput share = 100 x rate / native rate; PASS within +-3 points. NVML
+is their mean). Throughput share = 100 x rate / native rate; PASS within +-3 points. A row busy
+less than 97% natively (its natives' mean GPU-Util: a server waiting for its requests) is judged
+against E = min(100, 100 x P / U), the part of its busy time the limit leaves, U the mean
+GPU-Util of the same two native runs its reference rate comes from: such a row's native rate and
+GPU-Util drift together from round to round while its busy time per unit of work does not, so
+both must come from the same runs (a U from all the natives would turn the drift into an error
+of E; co-located containers, judged against the median native rate, use the mean U). NVML
 GPU-Util over the window (the driver's own samples, nvmlDeviceGetSamples, read by this
 unpreloaded process; polled every 100 ms where they are missing) is the second opinion. A
 power-capped row (natively, NVML's clock-event reasons show the power cap or a thermal slowdown
@@ -504,22 +510,27 @@ def native_summaries(records):
     return natives, summary
 
 
-def expected_share(target, native):
+def expected_share(target, native, reference_util=None):
     """The throughput share a limit of `target` should leave: the target itself, or, for a workload
-    that keeps the GPU busy less than DEMAND_UTIL % of the time alone (a server waiting for its
-    requests), the part of its native busy time the limit leaves: min(100, 100 x target / util)."""
+    that keeps the GPU busy less than DEMAND_UTIL % of the time alone (the mean over its natives: a
+    server waiting for its requests), the part of its native busy time the limit leaves:
+    min(100, 100 x target / util), with util the GPU-Util of the native runs the share is taken
+    against (reference_util) where known, else the mean over all of them."""
     util = native.get("util") if native else None
     if util is None or util >= DEMAND_UTIL or util <= 0:
         return float(target)
+    if reference_util is not None and reference_util > 0:
+        util = reference_util
     return min(100.0, 100.0 * target / util)
 
 
 def judge(line, native, alone):
     """Adds share, expected, util_target, pass and basis to a line {target, rate, reference, util,
-    error}. Within +-3 of the expected share passes; alone, a power-capped row above it passes when
-    its GPU-Util is within +-3 of the target scaled by its native GPU-Util."""
+    error, reference_util (optional)}. Within +-3 of the expected share passes; alone, a
+    power-capped row above it passes when its GPU-Util is within +-3 of the target scaled by its
+    native GPU-Util."""
     target = line["target"]
-    line["expected"] = expected = expected_share(target, native)
+    line["expected"] = expected = expected_share(target, native, line.get("reference_util"))
     ref = line.get("reference")
     line["share"] = 100.0 * line["rate"] / ref if line.get("rate") is not None and ref else None
     line["util_target"] = target * native["util"] / 100.0 if native and native.get("util") is not None else None
@@ -548,7 +559,8 @@ def analyse(records):
             around = [r for j, r in natives.get(rid, []) if j < i][-1:] + [r for j, r in natives.get(rid, []) if j > i][:1]
             line = {"scenario": "alone", "row": rid, "target": target, "container": None,
                     "rate": res.get("rate"), "util": res.get("util"), "clock": res.get("clock"),
-                    "error": res.get("error"), "reference": _mean([r["rate"] for r in around])}
+                    "error": res.get("error"), "reference": _mean([r["rate"] for r in around]),
+                    "reference_util": _mean([r.get("util") for r in around])}
             lines.append(judge(line, summary.get(rid), alone=True))
         elif step[0] == "group":
             rid, targets = step[1], step[2]

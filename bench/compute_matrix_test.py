@@ -332,6 +332,30 @@ class Arithmetic(unittest.TestCase):
         self.assertIn(" of 100.0 ", cm.markdown(lines, summary, [], "h"))
         self.assertIn("share 90.0 of 100.0", cm.tsv(lines, []))
 
+    def test_e_comes_from_the_same_natives_as_the_reference_rate(self):
+        # a server whose native rate and GPU-Util drift together (the same busy time per token):
+        # a limited run holding 60% busy does 60 / 0.018 tokens/s whichever natives are around it
+        slow, fast = dict(rate=4750.0, util=85.5), dict(rate=5300.0, util=95.4)
+        rate = 60.0 / (95.4 / 5300.0)
+        lines, summary = cm.analyse([rec(["run", "serving", None], **slow), rec(["run", "serving", 60], rate=rate),
+                                     rec(["run", "serving", None], **slow), rec(["run", "serving", None], **fast),
+                                     rec(["run", "serving", 60], rate=rate), rec(["run", "serving", None], **fast)])
+        self.assertAlmostEqual(summary["serving"]["util"], 90.45)
+        for line, util in zip(lines, (85.5, 95.4)):
+            self.assertAlmostEqual(line["expected"], 6000.0 / util)
+            self.assertAlmostEqual(line["share"], line["expected"], places=6)
+            self.assertTrue(line["pass"])
+        # against the natives' mean GPU-Util (E 66.3) both would miss, one each way
+        self.assertGreater(abs(lines[0]["share"] - 6000.0 / 90.45), cm.TOLERANCE)
+        self.assertGreater(abs(lines[1]["share"] - 6000.0 / 90.45), cm.TOLERANCE)
+
+    def test_a_row_that_fills_the_gpu_is_judged_against_the_limit_whatever_its_neighbours(self):
+        lines, _ = cm.analyse([rec(["run", "1x2ms", None], rate=100.0, util=99.0),
+                               rec(["run", "1x2ms", 60], rate=60.0),
+                               rec(["run", "1x2ms", None], rate=100.0, util=94.0),
+                               rec(["run", "1x2ms", None], rate=100.0, util=100.0)])
+        self.assertEqual(lines[0]["expected"], 60.0)  # the row's mean GPU-Util is 97.7
+
     def test_a_row_a_few_points_below_the_gpu_is_judged_by_its_busy_time_too(self):
         # natives 95% busy: a limit of 90 leaves 94.7% of their busy time; a row filling the GPU
         # (99) is judged against the limit
