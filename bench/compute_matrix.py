@@ -602,7 +602,8 @@ def markdown(lines, summary, skipped, header, labels=None):
                f"(its clocks rise while it rests) and its GPU-Util is within ±{TOLERANCE:g} of the target "
                "× its native GPU-Util ÷ 100. A row busy less than "
                f"{DEMAND_UTIL:g}% of the time natively (by GPU-Util) is judged against \"of E\": the part of "
-               "its native busy time the limit leaves, E = min(100, 100 × limit ÷ native GPU-Util).")
+               "its native busy time the limit leaves, E = min(100, 100 × limit ÷ the GPU-Util of the "
+               "same native runs either side).")
     out.append("")
     out.append("| workload | native: rate (GPU-Util, SM MHz, spread of runs) | "
                + " | ".join(f"limit {t}" for t in targets) + " |")
