@@ -4,7 +4,7 @@ runs in every round: what a change to the compute limiter does, as ratios measur
 
     python3 bench/compute_ab.py --old OLD/libvgpu.so --new NEW/libvgpu.so --out DIR
                                 [--rows PATTERNS] [--limits 30,60,90] [--rounds 2]
-                                [--serving LIMITS] [--serving-cpus auto|all|LIST]
+                                [--serving LIMITS] [--serving-args ARGS] [--serving-cpus auto|all|LIST]
                                 [--old-env VAR=VALUE,...] [--new-env VAR=VALUE,...]
                                 [--warmup W --seconds S] [--dry-run]
 
@@ -25,7 +25,8 @@ queue waits, measured share and period. --warmup / --seconds replace every row's
 Every run's GPU-Util over its window is the mean of the driver's samples (as
 bench/compute_matrix.py reads it; none with --workload-cmd).
 --serving L adds bench/serving/serve.py (bench/compute_matrix.py's
-serving arguments, pinned as there) at the limits L, old and new, with a native run per round;
+serving arguments unless --serving-args gives others, pinned as there) at the limits L, old and
+new, with a native run per round;
 its tokens/s, the limiter's busy time over the process's life, and its GPU-Util per decode step
 (GPU-Util x window / serve.py's decode steps: the busy time each step of ~32 sequences costs,
 which a limit should leave as it is natively), and the medians of serve.py's per-step host times:
@@ -104,7 +105,7 @@ class Runner:
             prog = [sys.executable, self.args.serve_script]
             if self.args.workload_cmd:
                 prog = shlex.split(self.args.workload_cmd) + ["serving"]
-            return self.serve_prefix + prog + shlex.split(cm.DEFAULT_SERVING_ARGS) + self.window()
+            return self.serve_prefix + prog + self.args.serving_words + self.window()
         prog = shlex.split(self.args.workload_cmd) + ["spin"] if self.args.workload_cmd else [self.binary, "run"]
         return prog + shlex.split(spin_rows()[row]) + self.window()
 
@@ -248,6 +249,9 @@ def parser():
     p.add_argument("--serving", default="", help="limits for bench/serving/serve.py (default: not run)")
     p.add_argument("--warmup", type=float, help="warm-up of every run, seconds (default: the row's)")
     p.add_argument("--seconds", type=float, help="window of every run, seconds (default: the row's)")
+    p.add_argument("--serving-args", default=cm.DEFAULT_SERVING_ARGS,
+                   help="bench/serving/serve.py options of the serving runs, one string (default: "
+                   "bench/compute_matrix.py's, %(default)r); --warmup / --seconds still come last")
     p.add_argument("--serving-cpus", default="auto", help="CPUs the serving runs are pinned to (as "
                    "bench/compute_matrix.py's option; default auto)")
     p.add_argument("--serve-script", default=os.path.join(ROOT, "bench", "serving", "serve.py"), help=argparse.SUPPRESS)
@@ -265,6 +269,10 @@ def main(argv=None):
     serving = cm.parse_limits(s.serving, "--serving", p.error) if s.serving else []
     s.extra_env = {"old": parse_env(s.old_env, "--old-env", p.error),
                    "new": parse_env(s.new_env, "--new-env", p.error)}
+    try:
+        s.serving_words = shlex.split(s.serving_args)
+    except ValueError as e:
+        p.error(f"--serving-args {s.serving_args!r}: cannot be split into options ({e})")
     if s.rounds < 1:
         p.error(f"--rounds {s.rounds}: expected 1 or more")
     if (s.warmup is not None and s.warmup < 0) or (s.seconds is not None and not s.seconds > 0):
@@ -318,6 +326,8 @@ def main(argv=None):
         return f"{name} {os.path.abspath(getattr(s, name))}" + (f" with {extra}" if extra else "")
     header = (f"vgpu compute A/B: {side('old')}, {side('new')} "
               f"({git_describe()}); {s.rounds} rounds, native runs in each")
+    if serving and s.serving_args != cm.DEFAULT_SERVING_ARGS:
+        header += f"; serve.py {s.serving_args}"
     with open(os.path.join(s.out, OUTPUT + ".md"), "w") as f:
         f.write(header + "\n\n" + md + "\n")
     with open(os.path.join(s.out, OUTPUT + ".json"), "w") as f:

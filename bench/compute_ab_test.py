@@ -173,6 +173,24 @@ class Runs(unittest.TestCase):
         self.assertEqual(by_side["native"], {})
         self.assertIn("with VGPU_COMPUTE_RUN_HOLD=false VGPU_COMPUTE_LIGHT=false", md.splitlines()[0])
 
+    def test_serving_args_replace_the_matrixs_and_the_window_comes_last(self):
+        r, md = self.run_ab("--rows", "1x5us", "--limits", "30", "--rounds", "1", "--serving", "60",
+                            "--serving-args", "--min-output 768 --max-output 768 --seconds 9")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(os.path.join(self.tmp, "fake.log")) as f:
+            serving = [json.loads(line)["args"] for line in f if json.loads(line)["kind"] == "serving"]
+        self.assertEqual(len(serving), 3)  # native, old, new
+        for args in serving:
+            self.assertEqual(args[:5], ["--min-output", "768", "--max-output", "768", "--seconds"])
+            self.assertNotIn("--layers", args)
+            self.assertEqual(args[-2:], ["--seconds", "0.05"])  # --seconds of the A/B itself wins
+        self.assertIn("; serve.py --min-output 768 --max-output 768 --seconds 9", md.splitlines()[0])
+
+    def test_serving_args_that_cannot_be_split_name_the_input(self):
+        r, _ = self.run_ab("--rows", "1x5us", "--serving", "60", "--serving-args", "--layers '4")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--serving-args \"--layers '4\": cannot be split into options", r.stderr)
+
     def test_a_failed_run_shows_and_sets_the_exit_status(self):
         r, md = self.run_ab("--rows", "1x5us", "--limits", "30", "--rounds", "1", fail=f"preload:{self.old}@30")
         self.assertEqual(r.returncode, 1)
