@@ -332,7 +332,7 @@ def main(argv=None):
         f.write(header + "\n\n" + md + "\n")
     with open(os.path.join(s.out, OUTPUT + ".json"), "w") as f:
         json.dump({"old": s.old, "new": s.new, "old_env": s.extra_env["old"], "new_env": s.extra_env["new"],
-                   "records": records}, f, indent=1)
+                   "serving_args": s.serving_args if serving else None, "records": records}, f, indent=1)
     print(header + "\n\n" + md)
     return 1 if runner.failed else 0
 

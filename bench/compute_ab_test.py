@@ -185,6 +185,8 @@ class Runs(unittest.TestCase):
             self.assertNotIn("--layers", args)
             self.assertEqual(args[-2:], ["--seconds", "0.05"])  # --seconds of the A/B itself wins
         self.assertIn("; serve.py --min-output 768 --max-output 768 --seconds 9", md.splitlines()[0])
+        with open(os.path.join(self.tmp, "out", "compute-ab.json")) as f:
+            self.assertEqual(json.load(f)["serving_args"], "--min-output 768 --max-output 768 --seconds 9")
 
     def test_serving_args_that_cannot_be_split_name_the_input(self):
         r, _ = self.run_ab("--rows", "1x5us", "--serving", "60", "--serving-args", "--layers '4")
