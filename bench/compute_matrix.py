@@ -62,7 +62,9 @@ the run fits a device call; skipped rows are listed and make the exit status 1. 
 --groups, --colocated, --seconds and --warmup narrow it down.
 
 Output (--out, default $OUT): progress on stderr; compute-matrix.md (the table, also printed last
-on stdout), compute-matrix.json (plan, every run, the analysis; rewritten after every run, so a
+on stdout; for the rows judged "of E", their GPU-Util per unit of rate under each limit over the
+natives' either side: above 1, a limit that holds the busy share leaves less than E of the
+work), compute-matrix.json (plan, every run, the analysis; rewritten after every run, so a
 killed benchmark leaves its runs), compute-matrix.tsv (verdict, check, detail per judged line, for
 tests/gpu/run.sh), compute-matrix.png (the matrix as a grid, drawn from the JSON) and
 compute-matrix.log (every command and its output). --from-json redraws all of them from a JSON
@@ -549,6 +551,16 @@ def judge(line, native, alone):
     return line
 
 
+def busy_per_work(res, natives):
+    """GPU-Util per unit of rate under the limit over that of the natives (the mean of theirs), or
+    None: above 1, each unit of work cost more busy time than natively, so a limit that holds the
+    busy share leaves less than E of the work."""
+    def cost(r):
+        return r["util"] / r["rate"] if r.get("util") and r.get("rate") else None
+    mine, theirs = cost(res), _mean([cost(r) for r in natives])
+    return mine / theirs if mine is not None and theirs else None
+
+
 def analyse(records):
     """records: [(step, result)] in run order. Returns (judged lines, native summaries)."""
     natives, summary = native_summaries(records)
@@ -560,7 +572,8 @@ def analyse(records):
             line = {"scenario": "alone", "row": rid, "target": target, "container": None,
                     "rate": res.get("rate"), "util": res.get("util"), "clock": res.get("clock"),
                     "error": res.get("error"), "reference": _mean([r["rate"] for r in around]),
-                    "reference_util": _mean([r.get("util") for r in around])}
+                    "reference_util": _mean([r.get("util") for r in around]),
+                    "busy_per_work": busy_per_work(res, around)}
             lines.append(judge(line, summary.get(rid), alone=True))
         elif step[0] == "group":
             rid, targets = step[1], step[2]
@@ -620,6 +633,15 @@ def markdown(lines, summary, skipped, header, labels=None):
             of = "" if line is None or line["expected"] == t else f" of {fmt(line['expected'])}"
             cells.append("" if line is None else f"**{fmt(line['share'])}**{of} ({fmt(line['util'], 0)}) {_verdict(line)}")
         out.append(f"| {label_of(rid, labels)} | {native} | " + " | ".join(cells) + " |")
+    demand = [l for l in alone if l["expected"] != l["target"] and l.get("busy_per_work") is not None]
+    if demand:
+        out.append("")
+        out.append("Rows judged \"of E\": GPU-Util per unit of rate under the limit ÷ the natives' either side "
+                   "(above 1: each unit of work cost more busy time than natively): "
+                   + "; ".join(f"{label_of(rid, labels)} ("
+                               + ", ".join(f"at {l['target']} {l['busy_per_work']:.3f}"
+                                           for l in sorted(demand, key=lambda l: l["target"]) if l["row"] == rid) + ")"
+                               for rid in dict.fromkeys(l["row"] for l in demand)) + ".")
     scen = [l for l in lines if l["scenario"] != "alone"]
     if scen:
         out.append("")

@@ -349,6 +349,24 @@ class Arithmetic(unittest.TestCase):
         self.assertGreater(abs(lines[0]["share"] - 6000.0 / 90.45), cm.TOLERANCE)
         self.assertGreater(abs(lines[1]["share"] - 6000.0 / 90.45), cm.TOLERANCE)
 
+    def test_busy_time_per_unit_of_work_against_the_natives_either_side(self):
+        # natives 18.0 and 18.2 GPU-Util points per 1,000 tokens/s, the limited run 18.72: 4% more
+        lines, summary = cm.analyse([rec(["run", "serving", None], rate=5000.0, util=90.0),
+                                     rec(["run", "serving", 60], rate=3205.0, util=60.0),
+                                     rec(["run", "serving", None], rate=5000.0, util=91.0),
+                                     rec(["run", "1x2ms", None], rate=100.0, util=99.0),
+                                     rec(["run", "1x2ms", 60], rate=60.0, util=60.0),
+                                     rec(["run", "1x2ms", None], rate=100.0, util=99.0)])
+        by = {l["row"]: l for l in lines}
+        self.assertAlmostEqual(by["serving"]["busy_per_work"], (60.0 / 3205.0) / (90.5 / 5000.0))
+        self.assertAlmostEqual(by["1x2ms"]["busy_per_work"], (60.0 / 60.0) / (99.0 / 100.0))
+        md = cm.markdown(lines, summary, [], "h")
+        self.assertIn("LLM serving (bench/serving/serve.py) (at 60 1.034)", md)
+        self.assertNotIn("1 stream, 2 ms kernels (at 60", md)  # judged against the limit itself
+        no_util = cm.analyse([rec(["run", "serving", None], rate=5000.0), rec(["run", "serving", 60], rate=3000.0),
+                              rec(["run", "serving", None], rate=5000.0)])[0]
+        self.assertIsNone(no_util[0]["busy_per_work"])
+
     def test_a_row_that_fills_the_gpu_is_judged_against_the_limit_whatever_its_neighbours(self):
         lines, _ = cm.analyse([rec(["run", "1x2ms", None], rate=100.0, util=99.0),
                                rec(["run", "1x2ms", 60], rate=60.0),
