@@ -52,16 +52,19 @@ CUresult ChargeGraph(CUgraphExec* exec, CUgraph graph, Instantiate instantiate) 
   if (needed.bytes == 0) return instantiate();
   const int device = memory::DeviceForOrdinal(needed.ordinal);
   if (device < 0) return instantiate();
-  if (!memory::Reserve(device, needed.bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
+  // In flight while the graph is instantiated; NVML sees it once the driver reserves it, at
+  // the first launch.
+  if (!memory::ReserveUnseen(device, needed.bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
   const CUresult result = instantiate();
   if (result != CUDA_SUCCESS) {
     memory::Release(device, needed.bytes);
+    memory::NoteInflight(device, -static_cast<int64_t>(needed.bytes));
     return result;
   }
   memory::Track(KeySpace::kGraphExec, reinterpret_cast<uint64_t>(*exec),
                 AllocRecord{device, AllocKind::kGraph, needed.bytes, 0});
-  // The driver reserves the memory at the first launch; until then NVML cannot see it.
-  memory::NoteGraphCharge(device, static_cast<int64_t>(needed.bytes));
+  memory::NoteGraphCharge(device, static_cast<int64_t>(needed.bytes));  // before it leaves flight
+  memory::NoteInflight(device, -static_cast<int64_t>(needed.bytes));
   return result;
 }
 

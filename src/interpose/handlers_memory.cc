@@ -58,8 +58,7 @@ CUresult ChargeCurrent(uint64_t requested, AllocKind kind, KeySpace space, Alloc
   constexpr bool kMaySpill = !std::is_same_v<SpillFn, NoSpill>;
   // A refusal that will spill is logged by the spill (a lock-free load decides).
   const bool may_spill = kMaySpill && memory::HostLimit(device) != 0;
-  if (!memory::Reserve(device, bytes, !may_spill)) return spill(device);
-  memory::NoteInflight(device, static_cast<int64_t>(bytes));
+  if (!memory::ReserveUnseen(device, bytes, !may_spill)) return spill(device);
   const CUresult result = allocate();
   if (result != CUDA_SUCCESS) {
     memory::Release(device, bytes);

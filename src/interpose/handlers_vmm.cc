@@ -60,8 +60,7 @@ CUresult hook_cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size, con
   }
   const int device = memory::DeviceForOrdinal(prop->location.id);
   if (device < 0) return real(handle, size, prop, flags);
-  if (!memory::Reserve(device, size)) return CUDA_ERROR_OUT_OF_MEMORY;
-  memory::NoteInflight(device, static_cast<int64_t>(size));
+  if (!memory::ReserveUnseen(device, size)) return CUDA_ERROR_OUT_OF_MEMORY;
   const CUresult result = real(handle, size, prop, flags);
   if (result != CUDA_SUCCESS) {
     memory::Release(device, size);

@@ -43,6 +43,9 @@ struct State {
   std::atomic<int> ordinal_device[kMaxDevices];
   std::atomic<int64_t> next_reconcile_ns[ledger::kLedgerMaxDevices];
   std::atomic<int64_t> inflight[ledger::kLedgerMaxDevices];
+  // Bytes being reserved by ReserveUnseen: from just before the ledger is asked until they are
+  // in `inflight` (see ReserveUnseen).
+  std::atomic<int64_t> reserving[ledger::kLedgerMaxDevices];
   std::atomic<uint64_t> overhead_floor[ledger::kLedgerMaxDevices];
   std::atomic<int64_t> graph_charged[ledger::kLedgerMaxDevices];
   std::atomic<int> device_ordinal[ledger::kLedgerMaxDevices];
@@ -65,6 +68,7 @@ State& S() {
     for (auto& d : g_state->ordinal_device) d.store(kUnbound);
     for (auto& t : g_state->next_reconcile_ns) t.store(0);
     for (auto& v : g_state->inflight) v.store(0);
+    for (auto& v : g_state->reserving) v.store(0);
     for (auto& v : g_state->overhead_floor) v.store(0);
     for (auto& v : g_state->graph_charged) v.store(0);
     for (auto& v : g_state->device_ordinal) v.store(-1);
@@ -76,6 +80,7 @@ State& S() {
       new (&g_state->nvml_mu) std::mutex();
       for (auto& mu : g_state->reconcile_mu) new (&mu) std::mutex();
       for (auto& v : g_state->inflight) v.store(0);
+      for (auto& v : g_state->reserving) v.store(0);
       for (auto& v : g_state->overhead_floor) v.store(0);
       g_state->slot.store(-1);
     });
@@ -246,7 +251,20 @@ uint64_t ChargeSize(int device, uint64_t bytes) {
   return (bytes + unit - 1) / unit * unit;
 }
 
-bool Reserve(int device, uint64_t bytes, bool log_refusal) {
+namespace {
+
+// One ledger reservation. `unseen`: the bytes are marked in flight as they are charged, with no
+// moment at which a reconciliation could read them charged and not in flight (ReserveUnseen).
+bool TryCharge(State& s, int slot, int device, uint64_t bytes, uint64_t headroom, bool unseen) {
+  if (!unseen) return s.ledger->TryReserve(slot, device, bytes, headroom);
+  s.reserving[device].fetch_add(static_cast<int64_t>(bytes), std::memory_order_acq_rel);
+  const bool reserved = s.ledger->TryReserve(slot, device, bytes, headroom);
+  if (reserved) s.inflight[device].fetch_add(static_cast<int64_t>(bytes), std::memory_order_acq_rel);
+  s.reserving[device].fetch_sub(static_cast<int64_t>(bytes), std::memory_order_acq_rel);
+  return reserved;
+}
+
+bool ReserveImpl(int device, uint64_t bytes, bool log_refusal, bool unseen) {
   State& s = S();
   const int slot = s.slot.load(std::memory_order_relaxed);
   const uint64_t limit = s.ledger->MemoryLimit(device);
@@ -254,19 +272,29 @@ bool Reserve(int device, uint64_t bytes, bool log_refusal) {
   if (bytes > 0 && limit > 0 && s.ledger->DeviceUsed(device) + bytes + headroom + kNearLimitBytes > limit) {
     Reconcile(device);
   }
-  if (s.ledger->TryReserve(slot, device, bytes, headroom)) return true;
+  if (TryCharge(s, slot, device, bytes, headroom, unseen)) return true;
   // Before refusing: our overhead may have shrunk (a pool trimmed, a module unloaded), or a dead
   // process's memory may have been let go by the driver (Reconcile tells the ledger). Then try
   // once more (TryReserve itself reclaims dead processes before it refuses).
   RefreshAllPools();
   Reconcile(device);
-  if (s.ledger->TryReserve(slot, device, bytes, headroom)) return true;
+  if (TryCharge(s, slot, device, bytes, headroom, unseen)) return true;
   if (log_refusal) {
     VGPU_INFO("refused %" PRIu64 " bytes on ledger device %d: %" PRIu64 " of %" PRIu64 " in use, %" PRIu64
               " kept free as headroom", bytes, device, s.ledger->DeviceUsed(device), s.ledger->MemoryLimit(device),
               headroom);
   }
   return false;
+}
+
+}  // namespace
+
+bool Reserve(int device, uint64_t bytes, bool log_refusal) {
+  return ReserveImpl(device, bytes, log_refusal, /*unseen=*/false);
+}
+
+bool ReserveUnseen(int device, uint64_t bytes, bool log_refusal) {
+  return ReserveImpl(device, bytes, log_refusal, /*unseen=*/true);
 }
 
 bool ReserveIntoHeadroom(int device, uint64_t bytes) {
@@ -384,7 +412,8 @@ int64_t UnlaunchedGraphMemory(State& s, int device) {
 // Charges of this process on `device` that NVML can see now.
 uint64_t VisibleCharge(State& s, int slot, int device) {
   const int64_t charged = static_cast<int64_t>(s.ledger->SlotCharged(slot, device));
-  const int64_t hidden = s.inflight[device].load(std::memory_order_acquire) + UnlaunchedGraphMemory(s, device);
+  const int64_t hidden = s.inflight[device].load(std::memory_order_acquire) +
+                         s.reserving[device].load(std::memory_order_acquire) + UnlaunchedGraphMemory(s, device);
   return static_cast<uint64_t>(std::max<int64_t>(0, charged - hidden));
 }
 
@@ -437,8 +466,7 @@ bool ReserveContext(int ordinal, bool new_memory, ContextCharge* charge) {
     const int64_t deadline = NowNs() + kWaitForMeasurementNs;
     for (;;) {
       const uint64_t guess = std::min(kFirstContextGuess, Available(device));
-      if (guess > 0 && Reserve(device, guess, /*log_refusal=*/false)) {
-        NoteInflight(device, static_cast<int64_t>(guess));  // not in NVML's figure yet
+      if (guess > 0 && ReserveUnseen(device, guess, /*log_refusal=*/false)) {  // not in NVML's figure yet
         charge->reserved = guess;
         return true;
       }
@@ -449,14 +477,13 @@ bool ReserveContext(int ordinal, bool new_memory, ContextCharge* charge) {
       nanosleep(&pause, nullptr);
     }
   }
-  if (!Reserve(device, estimate)) {
+  if (!ReserveUnseen(device, estimate)) {  // not in NVML's figure yet
     VGPU_ERROR("a new context on CUDA device %d needs about %" PRIu64 " MiB and does not fit the memory limit "
                "(%" PRIu64 " MiB, %" PRIu64 " MiB in use by the container); refused with CUDA_ERROR_OUT_OF_MEMORY",
                ordinal, estimate >> 20, Limit(device) >> 20, Used(device) >> 20);
     charge->device = -1;
     return false;
   }
-  NoteInflight(device, static_cast<int64_t>(estimate));  // not in NVML's figure yet
   charge->reserved = estimate;
   return true;
 }

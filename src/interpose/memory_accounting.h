@@ -41,6 +41,16 @@ int DeviceForOrdinal(int ordinal);
 // Charges `bytes` on `device`; false = over the limit less the headroom (a refusal was counted,
 // and logged at info level when `log_refusal`; a caller that spills instead logs what it does).
 bool Reserve(int device, uint64_t bytes, bool log_refusal = true);
+// Reserve for bytes the driver takes only during the call that follows (an allocation, a context,
+// a graph's instantiation), so NVML cannot see them yet: they are also marked in flight
+// (NoteInflight), at the moment they are charged. Charged first and marked after, a
+// reconciliation on another thread could read them in between (charged, not in flight, not in
+// NVML's figure), take them for overhead that went away and lower this process's overhead by
+// them, letting the container pass its limit by as much once the driver took them: a window of
+// a few instructions for an allocation, the whole instantiation for a graph. The caller calls
+// NoteInflight(device, -bytes) once the driver call returned, and also Release(device, bytes)
+// when it failed.
+bool ReserveUnseen(int device, uint64_t bytes, bool log_refusal = true);
 // Charges memory the driver has already added beyond what was asked (a pool that grew past its
 // block): up to the limit itself, into the headroom, which exists for such memory. false when
 // even the limit cannot hold it.

@@ -125,8 +125,7 @@ CUresult AllocateFromPool(CUmemoryPool pool, int device, CUdeviceptr* dptr, size
   if (charge.device < 0) charge.device = device;
   Follow(pool, charge);
   const uint64_t headroom = Headroom(charge, bytesize);
-  if (!Reserve(charge.device, headroom)) return CUDA_ERROR_OUT_OF_MEMORY;
-  NoteInflight(charge.device, static_cast<int64_t>(headroom));
+  if (!ReserveUnseen(charge.device, headroom)) return CUDA_ERROR_OUT_OF_MEMORY;
   const CUresult result = allocate();
   uint64_t after = charge.charged;
   Reserved(pool, &after);
