@@ -453,9 +453,14 @@ bool ReserveContext(int ordinal, bool new_memory, ContextCharge* charge) {
   State& s = S();
   const int slot = s.slot.load(std::memory_order_relaxed);
   // The size learned from the container's earlier contexts. Before the first one is measured
-  // it is a generous guess (a runtime context is 518 MiB on an H200), held while there is room:
-  // processes starting together then wait for the first measurement instead of all creating
-  // contexts on a guess that may be short. What a guess holds is never refused outright:
+  // it is a generous guess (a runtime context is 518 MiB on an H200; the limit less the headroom
+  // when that is smaller), held only where all of it fits: processes starting together then wait
+  // for the first measurement instead of creating contexts on a guess that may be short. The
+  // guess used to be cut to the room left, and tried before looking for a measurement that had
+  // come meanwhile: on the simulated driver, of six processes starting together under 1 GiB,
+  // one reserved the 48 MiB left for its 64 MiB context while the others' allocations filled the
+  // rest, 16 MiB over the limit until FinishContext refused it. Only once the wait is over with
+  // no measurement is a guess cut to what is left. What a guess holds is never refused outright:
   // FinishContext measures the real size and refuses a context that does not fit after all.
   constexpr uint64_t kFirstContextGuess = 1ULL << 30;
   constexpr int64_t kWaitForMeasurementNs = 5'000'000'000;
@@ -463,16 +468,18 @@ bool ReserveContext(int ordinal, bool new_memory, ContextCharge* charge) {
   charge->overhead_before = s.ledger->SlotOverhead(slot, device);
   uint64_t estimate = s.ledger->ContextBytes(device);
   if (estimate == 0) {
+    const uint64_t room = Limit(device) > Headroom(device) ? Limit(device) - Headroom(device) : 0;
     const int64_t deadline = NowNs() + kWaitForMeasurementNs;
     for (;;) {
-      const uint64_t guess = std::min(kFirstContextGuess, Available(device));
+      estimate = s.ledger->ContextBytes(device);
+      if (estimate > 0) break;  // measured meanwhile: reserve that below
+      const bool late = NowNs() >= deadline;
+      const uint64_t guess = std::min(kFirstContextGuess, late ? Available(device) : room);
       if (guess > 0 && ReserveUnseen(device, guess, /*log_refusal=*/false)) {  // not in NVML's figure yet
         charge->reserved = guess;
         return true;
       }
-      estimate = s.ledger->ContextBytes(device);
-      if (estimate > 0) break;  // measured meanwhile: reserve that below
-      if (NowNs() >= deadline) return true;  // nothing to go by: FinishContext decides
+      if (late) return true;  // nothing to go by: FinishContext decides
       const timespec pause{0, 5'000'000};  // another process is creating the first context
       nanosleep(&pause, nullptr);
     }
