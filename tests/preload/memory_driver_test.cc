@@ -44,6 +44,35 @@ TEST_F(MemoryDriverTest, AContextThatDoesNotFitIsRefusedBeforeItExists) {
   EXPECT_LE(obs.Peak(0), limit) << "observer peak " << MiB(obs.Peak(0));
 }
 
+// Before the container's first context is measured, a context's size is a guess (1 GiB, or the
+// limit less the headroom), reserved whole or waited for. A process that starts while the first
+// context is being created (300 ms here) waits for its measurement; when the first process has
+// then filled all but 32 MiB, its 64 MiB context does not fit and is refused before it exists.
+// A guess cut to the room left (32 MiB) let it be created and pass the limit until it was
+// refused (the churn below, now and then).
+TEST_F(MemoryDriverTest, AContextCreatedBeforeAnyWasMeasuredIsNeverReservedShort) {
+  sim_["VGPU_SIM_CONTEXT_OVERHEAD"] = "64MiB";
+  sim_["VGPU_SIM_CONTEXT_CREATE_MS"] = "300";
+  const uint64_t limit = 1 * kGiB;
+  StartObserver();
+  const Env env = VgpuEnv(Limit(limit));
+  RunResult newcomer;
+  std::thread newcomer_thread([&] {
+    SleepMs(100);  // the holder's context is being created: its guess holds the container
+    newcomer = Run({"memory_info", "report"}, env);
+  });
+  RunResult holder;
+  std::thread holder_thread;
+  const pid_t pid = StartHolder(928, 928, env, &holder_thread, &holder, /*retry=*/true);
+  newcomer_thread.join();
+  if (pid > 0) kill(pid, SIGKILL);
+  if (holder_thread.joinable()) holder_thread.join();
+  const Observation obs = StopObserver();
+  ASSERT_GT(pid, 0) << Describe(holder);
+  ASSERT_EQ(newcomer.exit_code, 0) << Describe(newcomer);
+  EXPECT_LE(obs.Peak(0), limit) << "observer peak " << MiB(obs.Peak(0)) << Describe(newcomer);
+}
+
 // A killed process's memory is charged until the driver has let it go: a newcomer waiting for it
 // gets it, but only then.
 TEST_F(MemoryDriverTest, AKilledProcessStaysChargedUntilTheDriverLetsItGo) {

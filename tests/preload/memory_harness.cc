@@ -191,11 +191,13 @@ Observation MemoryTest::StopObserver() {
 }
 
 pid_t MemoryTest::StartHolder(uint64_t mib, uint64_t chunk_mib, const Env& env, std::thread* thread,
-                              RunResult* result) {
+                              RunResult* result, bool retry) {
   const std::string ready = dir_ + "/holder.pid";
   std::filesystem::remove(ready);
-  *thread = std::thread([this, mib, chunk_mib, env, ready, result] {
-    *result = Run({"memory_procs", "hold", std::to_string(mib), std::to_string(chunk_mib), ready}, env);
+  *thread = std::thread([this, mib, chunk_mib, env, ready, result, retry] {
+    *result = Run({"memory_procs", retry ? "hold_when_free" : "hold", std::to_string(mib), std::to_string(chunk_mib),
+                   ready},
+                  env);
   });
   const int64_t deadline = NowMs() + 10'000;
   while (!std::filesystem::exists(ready) && NowMs() < deadline) SleepMs(2);

@@ -110,10 +110,12 @@ class MemoryTest : public ::testing::Test {
   };
   ObservedRun RunObserved(const std::vector<std::string>& argv, const Env& limits);
 
-  // Starts `memory_procs hold <mib> <chunk_mib>` with `env` on *thread (its result lands in
-  // *result when the thread ends) and waits up to 10 s until it holds its memory. Returns its
-  // pid, or 0 when it never got there (then *thread has been joined).
-  pid_t StartHolder(uint64_t mib, uint64_t chunk_mib, const Env& env, std::thread* thread, RunResult* result);
+  // Starts `memory_procs hold <mib> <chunk_mib>` (`hold_when_free` with `retry`: refused chunks
+  // are tried again) with `env` on *thread (its result lands in *result when the thread ends) and
+  // waits up to 10 s until it holds its memory. Returns its pid, or 0 when it never got there
+  // (then *thread has been joined).
+  pid_t StartHolder(uint64_t mib, uint64_t chunk_mib, const Env& env, std::thread* thread, RunResult* result,
+                    bool retry = false);
 
   std::string dir_;
   Env sim_ = {{"VGPU_SIM_MEMORY", "8GiB"}, {"VGPU_SIM_CONTEXT_OVERHEAD", "256MiB"}};

@@ -120,6 +120,14 @@ Config ReadConfig() {
       config.teardown_ns = *ms * 1'000'000;
     }
   }
+  if (const char* text = Env("VGPU_SIM_CONTEXT_CREATE_MS")) {
+    const auto ms = ParseUnsigned(text);
+    if (!ms || *ms > 60'000) {
+      Complain(config, "VGPU_SIM_CONTEXT_CREATE_MS", text, "expected milliseconds 0..60000");
+    } else {
+      config.context_create_ns = *ms * 1'000'000;
+    }
+  }
   // Pool chunks are reserved from the device, so they follow the device granularity.
   config.pool_chunk = (config.pool_chunk + config.granularity - 1) / config.granularity * config.granularity;
   if (const char* text = Env("VGPU_SIM_KERNEL_NS")) {

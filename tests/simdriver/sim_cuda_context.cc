@@ -1,5 +1,8 @@
 // TEST DOUBLE ONLY: contexts of the simulated driver. The first context a process has on a device
 // charges VGPU_SIM_CONTEXT_OVERHEAD there; the last one to go releases it.
+#include <errno.h>
+#include <time.h>
+
 #include <algorithm>
 
 #include "sim_cuda_internal.h"
@@ -19,6 +22,16 @@ void DeleteHandlesIf(HandleType type, Pred pred) {
   }
 }
 
+// A context's creation takes VGPU_SIM_CONTEXT_CREATE_MS once its memory is charged (as a real
+// one takes its time while NVML already shows it).
+void CreationTime() {
+  const uint64_t ns = Cfg().context_create_ns;
+  if (ns == 0) return;
+  timespec left{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
+  while (nanosleep(&left, &left) != 0 && errno == EINTR) {
+  }
+}
+
 // Creates an active, non-primary context and makes it current (as cuCtxCreate does).
 CUresult CreateContext(CUcontext* pctx, unsigned flags, CUdevice dev) {
   Api api;
@@ -27,6 +40,7 @@ CUresult CreateContext(CUcontext* pctx, unsigned flags, CUdevice dev) {
   const int physical = Physical(dev);
   if (physical < 0) return CUDA_ERROR_INVALID_DEVICE;
   if (!State().OpenContext(physical, Cfg().context_overhead)) return CUDA_ERROR_OUT_OF_MEMORY;
+  CreationTime();
   auto* ctx = NewHandle<Context>(HandleType::kContext);
   ctx->device = physical;
   ctx->flags = flags;
@@ -213,6 +227,7 @@ SIM_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
     Context* ctx = PrimaryOf(physical);
     if (!ctx->active) {
       if (!State().OpenContext(physical, Cfg().context_overhead)) return CUDA_ERROR_OUT_OF_MEMORY;
+      CreationTime();
       ctx->active = true;
     }
     ++ctx->retains;

@@ -13,6 +13,9 @@
 //   memory_procs hold <total_mib> <chunk_mib> <ready_file>
 //       allocates <total_mib> in chunks (all must succeed), writes its pid to <ready_file> and
 //       sleeps until killed (at most 30 s).
+//   memory_procs hold_when_free <total_mib> <chunk_mib> <ready_file>
+//       the same, but a refused chunk is tried again every 5 ms (for up to 10 s in all): for
+//       tests where another process may take the room for a while.
 //   memory_procs linger <dir> <ms>
 //       creates its context, touches <dir>/linger-ready, waits for <dir>/go and exits; an exit
 //       handler registered before CUDA was touched keeps the process alive <ms> longer.
@@ -156,11 +159,17 @@ int Churn(const std::string& dir, int nprocs, int nthreads, uint64_t chunk, int 
   return 0;
 }
 
-std::vector<CUdeviceptr> AllocateExactly(uint64_t total, uint64_t chunk) {
+// Allocates `total` in chunks; exits 3 at a refusal, or with `retry` at a refusal that lasts 10 s.
+std::vector<CUdeviceptr> AllocateExactly(uint64_t total, uint64_t chunk, bool retry = false) {
   std::vector<CUdeviceptr> held;
+  const int64_t deadline = memtest::NowNs() + 10'000'000'000;
   for (uint64_t done = 0; done < total; done += chunk) {
     CUdeviceptr p = 0;
-    const CUresult rc = cuMemAlloc(&p, chunk);
+    CUresult rc = cuMemAlloc(&p, chunk);
+    while (retry && rc == CUDA_ERROR_OUT_OF_MEMORY && memtest::NowNs() < deadline) {
+      memtest::SleepMs(5);
+      rc = cuMemAlloc(&p, chunk);
+    }
     if (rc != CUDA_SUCCESS) {
       std::fprintf(stderr, "allocation %zu of %llu bytes failed: %d\n", held.size(),
                    static_cast<unsigned long long>(chunk), rc);
@@ -171,9 +180,9 @@ std::vector<CUdeviceptr> AllocateExactly(uint64_t total, uint64_t chunk) {
   return held;
 }
 
-int Hold(uint64_t total, uint64_t chunk, const std::string& ready_file) {
+int Hold(uint64_t total, uint64_t chunk, const std::string& ready_file, bool retry) {
   memtest::InitPrimaryContext(0);
-  AllocateExactly(total, chunk);
+  AllocateExactly(total, chunk, retry);
   memtest::WriteFileAtomically(ready_file, std::to_string(getpid()));
   memtest::SleepMs(30'000);
   return 4;  // never killed: the harness failed to kill us
@@ -284,7 +293,10 @@ int main(int argc, char** argv) {
   if (mode == "churn" && argc == 7) {
     return Churn(argv[2], ArgU64(argv[3]), ArgU64(argv[4]), ArgU64(argv[5]) * kMiB, ArgU64(argv[6]));
   }
-  if (mode == "hold" && argc == 5) return Hold(ArgU64(argv[2]) * kMiB, ArgU64(argv[3]) * kMiB, argv[4]);
+  if (mode == "hold" && argc == 5) return Hold(ArgU64(argv[2]) * kMiB, ArgU64(argv[3]) * kMiB, argv[4], false);
+  if (mode == "hold_when_free" && argc == 5) {
+    return Hold(ArgU64(argv[2]) * kMiB, ArgU64(argv[3]) * kMiB, argv[4], true);
+  }
   if (mode == "linger" && argc == 4) return LingerAtExit(argv[2], ArgU64(argv[3]));
   if (mode == "leak" && argc == 4) return Leak(ArgU64(argv[2]) * kMiB, ArgU64(argv[3]) * kMiB);
   if (mode == "reclaim" && argc == 4) return Reclaim(ArgU64(argv[2]) * kMiB, ArgU64(argv[3]));
