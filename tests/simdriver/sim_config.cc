@@ -42,6 +42,18 @@ void ReadSize(Config& config, const char* name, uint64_t& out, uint64_t min_valu
   out = *size;
 }
 
+// A duration of 0..60000 ms, stored in ns.
+void ReadMilliseconds(Config& config, const char* name, uint64_t& out_ns) {
+  const char* text = Env(name);
+  if (text == nullptr) return;
+  const auto ms = ParseUnsigned(text);
+  if (!ms || *ms > 60'000) {
+    Complain(config, name, text, "expected milliseconds 0..60000");
+    return;
+  }
+  out_ns = *ms * 1'000'000;
+}
+
 void ReadMemory(Config& config) {
   const uint64_t default_total = 16ull << 30;
   for (auto& bytes : config.memory_bytes) bytes = default_total;
@@ -112,22 +124,8 @@ Config ReadConfig() {
   ReadSize(config, "VGPU_SIM_POOL_CHUNK", config.pool_chunk, 1);
   ReadSize(config, "VGPU_SIM_POOL_SETUP_MEMORY", config.pool_setup_bytes, 0);
   ReadSize(config, "VGPU_SIM_LAZY_MODULE_MEMORY", config.lazy_module_bytes, 0);
-  if (const char* text = Env("VGPU_SIM_TEARDOWN_MS")) {
-    const auto ms = ParseUnsigned(text);
-    if (!ms || *ms > 60'000) {
-      Complain(config, "VGPU_SIM_TEARDOWN_MS", text, "expected milliseconds 0..60000");
-    } else {
-      config.teardown_ns = *ms * 1'000'000;
-    }
-  }
-  if (const char* text = Env("VGPU_SIM_CONTEXT_CREATE_MS")) {
-    const auto ms = ParseUnsigned(text);
-    if (!ms || *ms > 60'000) {
-      Complain(config, "VGPU_SIM_CONTEXT_CREATE_MS", text, "expected milliseconds 0..60000");
-    } else {
-      config.context_create_ns = *ms * 1'000'000;
-    }
-  }
+  ReadMilliseconds(config, "VGPU_SIM_TEARDOWN_MS", config.teardown_ns);
+  ReadMilliseconds(config, "VGPU_SIM_CONTEXT_CREATE_MS", config.context_create_ns);
   // Pool chunks are reserved from the device, so they follow the device granularity.
   config.pool_chunk = (config.pool_chunk + config.granularity - 1) / config.granularity * config.granularity;
   if (const char* text = Env("VGPU_SIM_KERNEL_NS")) {
