@@ -126,6 +126,7 @@ Config ReadConfig() {
   ReadSize(config, "VGPU_SIM_LAZY_MODULE_MEMORY", config.lazy_module_bytes, 0);
   ReadMilliseconds(config, "VGPU_SIM_TEARDOWN_MS", config.teardown_ns);
   ReadMilliseconds(config, "VGPU_SIM_CONTEXT_CREATE_MS", config.context_create_ns);
+  ReadMilliseconds(config, "VGPU_SIM_GRAPH_INSTANTIATE_MS", config.graph_instantiate_ns);
   // Pool chunks are reserved from the device, so they follow the device granularity.
   config.pool_chunk = (config.pool_chunk + config.granularity - 1) / config.granularity * config.granularity;
   if (const char* text = Env("VGPU_SIM_KERNEL_NS")) {

@@ -28,6 +28,7 @@ struct Config {
   uint64_t lazy_module_bytes = 0;  // charged at the first launch of each function (lazy loading)
   uint64_t teardown_ns = 0;        // a dead process's memory stays this long after it is found dead
   uint64_t context_create_ns = 0;  // a context's creation returns this long after its memory is charged
+  uint64_t graph_instantiate_ns = 0;  // a graph's instantiation takes this long (its memory is charged at launch)
   uint64_t kernel_ns = 5000;
   int driver_version = 13000;
   bool fail_init = false;

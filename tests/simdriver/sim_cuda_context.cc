@@ -1,8 +1,5 @@
 // TEST DOUBLE ONLY: contexts of the simulated driver. The first context a process has on a device
 // charges VGPU_SIM_CONTEXT_OVERHEAD there; the last one to go releases it.
-#include <errno.h>
-#include <time.h>
-
 #include <algorithm>
 
 #include "sim_cuda_internal.h"
@@ -24,13 +21,7 @@ void DeleteHandlesIf(HandleType type, Pred pred) {
 
 // A context's creation takes VGPU_SIM_CONTEXT_CREATE_MS once its memory is charged (as a real
 // one takes its time while NVML already shows it).
-void CreationTime() {
-  const uint64_t ns = Cfg().context_create_ns;
-  if (ns == 0) return;
-  timespec left{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
-  while (nanosleep(&left, &left) != 0 && errno == EINTR) {
-  }
-}
+void CreationTime() { SleepNs(Cfg().context_create_ns); }
 
 // Creates an active, non-primary context and makes it current (as cuCtxCreate does).
 CUresult CreateContext(CUcontext* pctx, unsigned flags, CUdevice dev) {

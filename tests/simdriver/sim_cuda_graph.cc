@@ -74,6 +74,11 @@ CUresult Instantiate(CUgraphExec* exec_out, CUgraph handle) {
     if (node->type == GraphNode::Type::kMemAlloc) exec->mem_bytes += node->bytes;
   }
   *exec_out = reinterpret_cast<CUgraphExec>(exec);
+  // VGPU_SIM_GRAPH_INSTANTIATE_MS: a large graph takes a while to instantiate, and the process's
+  // other threads go on meanwhile (the lock is let go first).
+  const uint64_t ns = Cfg().graph_instantiate_ns;
+  api.lock().unlock();
+  SleepNs(ns);
   return CUDA_SUCCESS;
 }
 
