@@ -73,6 +73,29 @@ TEST_F(MemoryDriverTest, AContextCreatedBeforeAnyWasMeasuredIsNeverReservedShort
   EXPECT_LE(obs.Peak(0), limit) << "observer peak " << MiB(obs.Peak(0)) << Describe(newcomer);
 }
 
+// A graph's allocation nodes are charged when it is instantiated and reach the driver (NVML) only
+// at its first launch. While one thread instantiates a 256 MiB graph (400 ms here), another fills
+// the container with 32 MiB chunks; near the limit each of its allocations reconciles the
+// process's charge with NVML, which does not show the graph yet, to find the memory the driver
+// holds without an allocation call (here 192 MiB of pool setup). Counted as visible, the graph's
+// charge hid that memory (NVML's figure less the charges came out below the context), the filler
+// got 192 MiB more, and the graph's launch took the process past the limit; in flight, it does not.
+TEST_F(MemoryDriverTest, AGraphBeingInstantiatedKeepsItsChargeWhileAnotherThreadFills) {
+  sim_["VGPU_SIM_CONTEXT_OVERHEAD"] = "64MiB";
+  sim_["VGPU_SIM_GRAPH_INSTANTIATE_MS"] = "400";
+  sim_["VGPU_SIM_POOL_SETUP_MEMORY"] = "192MiB";
+  const uint64_t limit = 1 * kGiB;
+  const auto [run, obs] = RunObserved({"memory_procs", "graph_race", "256", "32", "100"}, Limit(limit));
+  ASSERT_EQ(run.exit_code, 0) << Describe(run);
+  const Transcript t(run);
+  EXPECT_EQ(t.U64("graph_code"), 0u) << Describe(run);
+  EXPECT_EQ(t.U64("refusal_code"), kOom) << Describe(run);
+  EXPECT_GT(t.U64("obtained"), 0u) << Describe(run);
+  EXPECT_LE(64 * kMiB + 192 * kMiB + 256 * kMiB + t.U64("obtained"), limit) << Describe(run);
+  EXPECT_LE(obs.HoldUsed("full", 0), limit) << Describe(run);
+  EXPECT_LE(obs.Peak(0), limit) << "observer peak " << MiB(obs.Peak(0)) << Describe(run);
+}
+
 // A killed process's memory is charged until the driver has let it go: a newcomer waiting for it
 // gets it, but only then.
 TEST_F(MemoryDriverTest, AKilledProcessStaysChargedUntilTheDriverLetsItGo) {

@@ -24,6 +24,13 @@
 //   memory_procs reclaim <mib> <timeout_ms>
 //       tries one <mib> allocation every 5 ms until it succeeds or <timeout_ms> passes;
 //       reports "obtained 0|1", "elapsed_ms", "attempts", "last_code".
+//   memory_procs graph_race <graph_mib> <chunk_mib> <delay_ms>
+//       after one stream-ordered allocation (freed), one thread builds a graph whose allocation
+//       node asks for <graph_mib>, instantiates it
+//       (slowly under VGPU_SIM_GRAPH_INSTANTIATE_MS) and launches it; another thread starts
+//       <delay_ms> later and allocates chunks until refused. Reports "graph_code" (the graph's
+//       first failing call, 0 if it ran), "graph_refused_at" (build, instantiate, launch or
+//       never), "count", "obtained", "refusal_code"; stops at hold point "full" holding both.
 //   memory_procs zombie <child_mib> <parent_mib> <timeout_ms>
 //       forks a child that allocates <child_mib> and waits; the parent checks that <parent_mib>
 //       is refused while the child lives, SIGKILLs it WITHOUT reaping it (it stays a zombie),
@@ -34,6 +41,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <random>
 #include <string>
 #include <thread>
@@ -284,6 +292,69 @@ int Zombie(uint64_t child_bytes, uint64_t parent_bytes, int timeout_ms) {
   return 0;
 }
 
+// A graph's memory is charged while it is instantiated and reaches the driver only at its first
+// launch: the other thread's allocations, which reconcile with NVML near the limit, must not take
+// that memory meanwhile.
+int GraphRace(uint64_t graph_bytes, uint64_t chunk, int delay_ms) {
+  const CUdevice dev = memtest::InitPrimaryContext(0);
+  CUcontext ctx;
+  CHECK_CU(cuCtxGetCurrent(&ctx));
+  // First one stream-ordered allocation: the driver's own memory for pools, which no allocation
+  // call reports (VGPU_SIM_POOL_SETUP_MEMORY), is what the reconciliations have to find.
+  CUdeviceptr first = 0;
+  CHECK_CU(cuMemAllocAsync(&first, kMiB, nullptr));
+  CHECK_CU(cuMemFreeAsync(first, nullptr));
+  CHECK_CU(cuStreamSynchronize(nullptr));
+  CUgraphExec exec = nullptr;
+  CUresult graph_code = CUDA_SUCCESS;
+  const char* refused_at = "never";
+  std::thread graph_thread([&] {
+    CHECK_CU(cuCtxSetCurrent(ctx));
+    CUgraph graph = nullptr;
+    CHECK_CU(cuGraphCreate(&graph, 0));
+    CUDA_MEM_ALLOC_NODE_PARAMS params{};
+    params.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    params.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    params.poolProps.location.id = dev;
+    params.bytesize = graph_bytes;
+    CUgraphNode alloc_node = nullptr;
+    graph_code = cuGraphAddMemAllocNode(&alloc_node, graph, nullptr, 0, &params);
+    if (graph_code == CUDA_SUCCESS) {
+      CUgraphNode free_node = nullptr;
+      CHECK_CU(cuGraphAddMemFreeNode(&free_node, graph, &alloc_node, 1, params.dptr));
+      graph_code = cuGraphInstantiateWithFlags(&exec, graph, 0);
+      refused_at = graph_code == CUDA_SUCCESS ? "never" : "instantiate";
+    } else {
+      refused_at = "build";
+    }
+    CHECK_CU(cuGraphDestroy(graph));
+    if (graph_code != CUDA_SUCCESS) {
+      exec = nullptr;
+      return;
+    }
+    graph_code = cuGraphLaunch(exec, nullptr);
+    if (graph_code != CUDA_SUCCESS) {
+      refused_at = "launch";
+      return;
+    }
+    CHECK_CU(cuStreamSynchronize(nullptr));
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+  FillResult r = Fill(chunk);
+  graph_thread.join();
+  Report("graph_code", graph_code);
+  memtest::ReportText("graph_refused_at", refused_at);
+  Report("count", r.held.size());
+  Report("obtained", r.held.size() * chunk);
+  Report("refusal_code", r.refusal);
+  memtest::HoldPoint("full");
+  FreeAll(r.held);
+  if (exec != nullptr) CHECK_CU(cuGraphExecDestroy(exec));
+  CHECK_CU(cuDeviceGraphMemTrim(dev));
+  std::printf("done\n");
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -301,6 +372,9 @@ int main(int argc, char** argv) {
   if (mode == "leak" && argc == 4) return Leak(ArgU64(argv[2]) * kMiB, ArgU64(argv[3]) * kMiB);
   if (mode == "reclaim" && argc == 4) return Reclaim(ArgU64(argv[2]) * kMiB, ArgU64(argv[3]));
   if (mode == "zombie" && argc == 5) return Zombie(ArgU64(argv[2]) * kMiB, ArgU64(argv[3]) * kMiB, ArgU64(argv[4]));
+  if (mode == "graph_race" && argc == 5) {
+    return GraphRace(ArgU64(argv[2]) * kMiB, ArgU64(argv[3]) * kMiB, ArgU64(argv[4]));
+  }
   std::fprintf(stderr, "usage: see the comment at the top of memory_procs.cc\n");
   return 2;
 }
