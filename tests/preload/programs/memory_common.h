@@ -114,6 +114,27 @@ inline CUdevice InitPrimaryContext(int ordinal) {
   return dev;
 }
 
+// A new graph holding one allocation node of `bytes` on `dev` and the node that frees it. The
+// allocation node's error is returned (the graph is destroyed then); CUDA errors otherwise abort.
+inline CUresult GraphWithAllocation(CUdevice dev, uint64_t bytes, CUgraph* graph) {
+  CHECK_CU(cuGraphCreate(graph, 0));
+  CUDA_MEM_ALLOC_NODE_PARAMS params{};
+  params.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+  params.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  params.poolProps.location.id = dev;
+  params.bytesize = bytes;
+  CUgraphNode alloc_node = nullptr;
+  const CUresult rc = cuGraphAddMemAllocNode(&alloc_node, *graph, nullptr, 0, &params);
+  if (rc != CUDA_SUCCESS) {
+    CHECK_CU(cuGraphDestroy(*graph));
+    *graph = nullptr;
+    return rc;
+  }
+  CUgraphNode free_node = nullptr;
+  CHECK_CU(cuGraphAddMemFreeNode(&free_node, *graph, &alloc_node, 1, params.dptr));
+  return CUDA_SUCCESS;
+}
+
 inline uint64_t FreeBytes() {
   size_t free_bytes = 0, total = 0;
   CHECK_CU(cuMemGetInfo(&free_bytes, &total));

@@ -400,21 +400,7 @@ class GraphAlloc : public Path {
       if (rc != CUDA_SUCCESS) CHECK_CU(cuGraphDestroy(*graph));
       return rc;
     }
-    CHECK_CU(cuGraphCreate(graph, 0));
-    CUDA_MEM_ALLOC_NODE_PARAMS params{};
-    params.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
-    params.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    params.poolProps.location.id = dev_;
-    params.bytesize = bytes;
-    CUgraphNode alloc_node = nullptr;
-    const CUresult rc = cuGraphAddMemAllocNode(&alloc_node, *graph, nullptr, 0, &params);
-    if (rc != CUDA_SUCCESS) {
-      CHECK_CU(cuGraphDestroy(*graph));
-      return rc;
-    }
-    CUgraphNode free_node = nullptr;
-    CHECK_CU(cuGraphAddMemFreeNode(&free_node, *graph, &alloc_node, 1, params.dptr));
-    return CUDA_SUCCESS;
+    return memtest::GraphWithAllocation(dev_, bytes, graph);
   }
 
   // PFN_cuGraphInstantiate_v10000 / _v11000 (cudaTypedefs.h declares them for internal builds only).

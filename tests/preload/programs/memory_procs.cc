@@ -311,24 +311,15 @@ int GraphRace(uint64_t graph_bytes, uint64_t chunk, int delay_ms) {
   std::thread graph_thread([&] {
     CHECK_CU(cuCtxSetCurrent(ctx));
     CUgraph graph = nullptr;
-    CHECK_CU(cuGraphCreate(&graph, 0));
-    CUDA_MEM_ALLOC_NODE_PARAMS params{};
-    params.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
-    params.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    params.poolProps.location.id = dev;
-    params.bytesize = graph_bytes;
-    CUgraphNode alloc_node = nullptr;
-    graph_code = cuGraphAddMemAllocNode(&alloc_node, graph, nullptr, 0, &params);
-    if (graph_code == CUDA_SUCCESS) {
-      CUgraphNode free_node = nullptr;
-      CHECK_CU(cuGraphAddMemFreeNode(&free_node, graph, &alloc_node, 1, params.dptr));
-      graph_code = cuGraphInstantiateWithFlags(&exec, graph, 0);
-      refused_at = graph_code == CUDA_SUCCESS ? "never" : "instantiate";
-    } else {
+    graph_code = memtest::GraphWithAllocation(dev, graph_bytes, &graph);
+    if (graph_code != CUDA_SUCCESS) {
       refused_at = "build";
+      return;
     }
+    graph_code = cuGraphInstantiateWithFlags(&exec, graph, 0);
     CHECK_CU(cuGraphDestroy(graph));
     if (graph_code != CUDA_SUCCESS) {
+      refused_at = "instantiate";
       exec = nullptr;
       return;
     }
