@@ -146,6 +146,7 @@ Config ReadConfig() {
     }
   }
   config.fail_init = std::getenv("VGPU_SIM_FAIL_INIT") != nullptr;
+  config.fail_nvml = std::getenv("VGPU_SIM_FAIL_NVML") != nullptr;
   if (const char* text = Env("VGPU_SIM_STATE")) config.state_path = text;
   return config;
 }

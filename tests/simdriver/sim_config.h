@@ -32,6 +32,7 @@ struct Config {
   uint64_t kernel_ns = 5000;
   int driver_version = 13000;
   bool fail_init = false;
+  bool fail_nvml = false;  // nvmlInit fails as where NVML's library is not there to load
   std::string state_path;  // empty: private in-process state
   std::string error;       // non-empty: a variable was malformed (message names it)
 };

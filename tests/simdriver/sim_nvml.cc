@@ -30,7 +30,7 @@ int g_init_count = 0;  // guarded by g_mu
 nvmlReturn_t Init() {
   const Core& core = GetCore();
   if (!core.config.error.empty()) return NVML_ERROR_UNKNOWN;
-  if (core.state == nullptr) return NVML_ERROR_DRIVER_NOT_LOADED;
+  if (core.state == nullptr || core.config.fail_nvml) return NVML_ERROR_DRIVER_NOT_LOADED;
   std::lock_guard<std::mutex> lock(g_mu);
   ++g_init_count;
   return NVML_SUCCESS;
