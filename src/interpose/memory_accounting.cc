@@ -334,6 +334,12 @@ bool EnsureNvml(State& s) {
   return true;
 }
 
+// Whether NVML can be asked at all (its library loaded and initialised).
+bool NvmlAnswers(State& s) {
+  std::lock_guard<std::mutex> lock(s.nvml_mu);
+  return EnsureNvml(s);
+}
+
 // NVML's list of every compute process on `device` (host pids), read at *read_at (the ledger's
 // drain clock, read before asking NVML). false when NVML cannot answer.
 bool NvmlProcesses(State& s, int device, std::vector<ledger::Ledger::DriverProcess>* out, uint64_t* read_at) {
@@ -462,6 +468,8 @@ bool ReserveContext(int ordinal, bool new_memory, ContextCharge* charge) {
   // rest, 16 MiB over the limit until FinishContext refused it. Only once the wait is over with
   // no measurement is a guess cut to what is left. What a guess holds is never refused outright:
   // FinishContext measures the real size and refuses a context that does not fit after all.
+  // Without NVML (a container given the driver's compute libraries only) nothing is ever
+  // measured and every context is charged its guess: there is nothing to wait for.
   constexpr uint64_t kFirstContextGuess = 1ULL << 30;
   constexpr int64_t kWaitForMeasurementNs = 5'000'000'000;
   charge->device = device;
@@ -469,7 +477,7 @@ bool ReserveContext(int ordinal, bool new_memory, ContextCharge* charge) {
   uint64_t estimate = s.ledger->ContextBytes(device);
   if (estimate == 0) {
     const uint64_t room = Limit(device) > Headroom(device) ? Limit(device) - Headroom(device) : 0;
-    const int64_t deadline = NowNs() + kWaitForMeasurementNs;
+    const int64_t deadline = NowNs() + (NvmlAnswers(s) ? kWaitForMeasurementNs : 0);
     for (;;) {
       estimate = s.ledger->ContextBytes(device);
       if (estimate > 0) break;  // measured meanwhile: reserve that below

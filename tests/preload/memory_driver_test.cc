@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -94,6 +95,29 @@ TEST_F(MemoryDriverTest, AGraphBeingInstantiatedKeepsItsChargeWhileAnotherThread
   EXPECT_LE(64 * kMiB + 192 * kMiB + 256 * kMiB + t.U64("obtained"), limit) << Describe(run);
   EXPECT_LE(obs.HoldUsed("full", 0), limit) << Describe(run);
   EXPECT_LE(obs.Peak(0), limit) << "observer peak " << MiB(obs.Peak(0)) << Describe(run);
+}
+
+// Without NVML (a container given the driver's compute libraries only) no context is ever
+// measured, and each is charged the guess it reserved (1 GiB here). A process whose guess does not
+// fit (3.25 GiB of 4 GiB held) starts at once with the room that is left, instead of waiting 5 s
+// for a measurement that cannot come.
+TEST_F(MemoryDriverTest, WithoutNvmlANewContextDoesNotWaitForAMeasurement) {
+  sim_["VGPU_SIM_CONTEXT_OVERHEAD"] = "64MiB";
+  sim_["VGPU_SIM_FAIL_NVML"] = "1";
+  const uint64_t limit = 4 * kGiB;
+  const Env env = VgpuEnv(Limit(limit));
+  RunResult holder;
+  std::thread holder_thread;
+  const pid_t pid = StartHolder(2304, 64, env, &holder_thread, &holder);
+  ASSERT_GT(pid, 0) << Describe(holder);
+  const auto start = std::chrono::steady_clock::now();
+  const RunResult newcomer = Run({"memory_info", "host"}, env);
+  const auto elapsed = std::chrono::steady_clock::now() - start;
+  kill(pid, SIGKILL);
+  holder_thread.join();
+  ASSERT_EQ(newcomer.exit_code, 0) << Describe(newcomer);
+  EXPECT_FALSE(Transcript(newcomer).Has("context_error")) << Describe(newcomer);
+  EXPECT_LT(std::chrono::duration_cast<std::chrono::milliseconds>(elapsed).count(), 2500) << Describe(newcomer);
 }
 
 // A killed process's memory is charged until the driver has let it go: a newcomer waiting for it
