@@ -69,6 +69,22 @@ def read_library(path):
     return sorted(launches), sorted(sleeps), sorted(busy)
 
 
+def read_syncs(path):
+    """The synchronising calls of a VGPU_COMPUTE_TRACE file (Y records): [(hook entry, hook exit,
+    the driver's wait inside)], sorted."""
+    syncs = []
+    with open(path) as f:
+        for n, line in enumerate(f, 1):
+            p = line.split()
+            if not p or p[0] != "Y":
+                continue
+            try:
+                syncs.append((int(p[2]), int(p[3]), int(p[4])))
+            except (ValueError, IndexError):
+                sys.exit(f"trace_report: {path}:{n}: not a synchronisation record: {line.strip()!r}")
+    return sorted(syncs)
+
+
 def union(intervals):
     out = []
     for a, b in sorted(intervals):

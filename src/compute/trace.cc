@@ -37,7 +37,7 @@ bool ComputeTrace::WriteTo(const std::string& path, std::string* error) const {
                static_cast<unsigned long long>(dropped()));
   for (size_t i = 0; i < n; ++i) {
     const Record& r = records_[i];
-    if (r.kind == kCharge) {
+    if (r.kind == kCharge || r.kind == kSync) {
       std::fprintf(f, "%c %d %lld %lld %lld\n", r.kind, r.device, static_cast<long long>(r.a),
                    static_cast<long long>(r.b), static_cast<long long>(r.c));
     } else {

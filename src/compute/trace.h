@@ -16,6 +16,11 @@
 //                        submission (measured 0), or a batch of completed intervals, which
 //                        measured `measured` of busy time for launches charged `estimated`
 //                        (the clock is corrected by the difference)
+//   Y device start end wait
+//                        a synchronising call (cuCtxSynchronize, cuStreamSynchronize,
+//                        cuEventSynchronize, cuStreamWaitEvent, ...): from the hook's entry to its
+//                        exit; `wait` is the time inside the driver's call, so end - start - wait
+//                        is the limiter's own time around it (marks before, polls and ticks after)
 //
 // Add() is lock-free (one atomic increment per record) and drops records once the buffer is full
 // (counted). WriteTo() is for exit time: it must not race with Add() for a complete file.
@@ -31,16 +36,16 @@ namespace vgpu::compute {
 
 class ComputeTrace {
  public:
-  enum Kind : char { kLaunch = 'L', kSleep = 'S', kBusy = 'B', kCharge = 'C' };
+  enum Kind : char { kLaunch = 'L', kSleep = 'S', kBusy = 'B', kCharge = 'C', kSync = 'Y' };
   static constexpr size_t kDefaultCapacity = size_t{1} << 21;  // records (64 MiB, touched as used)
 
   explicit ComputeTrace(size_t capacity = kDefaultCapacity);
   ComputeTrace(const ComputeTrace&) = delete;
   ComputeTrace& operator=(const ComputeTrace&) = delete;
 
-  void Add(Kind kind, int device, int64_t a, int64_t b, int64_t c = 0);  // c: kCharge's third value
+  void Add(Kind kind, int device, int64_t a, int64_t b, int64_t c = 0);  // c: kCharge's, kSync's third value
   // Writes "# vgpu compute trace 1: N records, D dropped" and one line per record
-  // ("L 0 123 456", "C 0 123 456 789"), in the order they were added. False (and *error) when
+  // ("L 0 123 456", "C 0 123 456 789", "Y 0 123 456 78"), in the order they were added. False (and *error) when
   // the file cannot be written.
   bool WriteTo(const std::string& path, std::string* error) const;
 

@@ -435,6 +435,16 @@ void AfterSynchronize() {
   if (DeviceLimiter* dl = CurrentLimiter()) MaybeTick(dl, compute::SystemClock()->NowNs());
 }
 
+int64_t TraceNow() { return __builtin_expect(g_trace != nullptr, 0) ? compute::SystemClock()->NowNs() : 0; }
+
+void TraceSync(int64_t entry_ns, int64_t call_start_ns, int64_t call_end_ns) {
+  if (g_trace == nullptr || entry_ns == 0) return;
+  if (DeviceLimiter* dl = CurrentLimiter()) {
+    g_trace->Add(compute::ComputeTrace::kSync, dl->device, entry_ns, compute::SystemClock()->NowNs(),
+                 call_end_ns - call_start_ns);
+  }
+}
+
 void OnStreamDestroyed(CUstream stream) {
   // The stream may belong to any device's limiter; a limiter that never saw it ignores the call.
   const compute::StreamKey key = StreamKeyOf(stream, /*ptsz=*/false);

@@ -71,6 +71,11 @@ void BeforeSynchronize();
 void BeforeStreamWait(CUstream stream, bool ptsz);
 void BeforeEventWait();
 void AfterSynchronize();
+// VGPU_COMPUTE_TRACE's record of a synchronising call (Y, compute/trace.h): TraceNow() is the
+// clock while a trace is being recorded and 0 otherwise (one branch); TraceSync records a call of
+// the current context from the hook's entry to now, the driver's call between the two times given.
+int64_t TraceNow();
+void TraceSync(int64_t entry_ns, int64_t call_start_ns, int64_t call_end_ns);
 // Before the real cuStreamDestroy.
 void OnStreamDestroyed(CUstream stream);
 

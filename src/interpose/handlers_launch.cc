@@ -16,12 +16,16 @@ namespace {
 using compute_limit::LaunchGuard;
 
 // Synchronising call: `before` (which tails to mark: compute_limit.h), the real call,
-// AfterSynchronize.
+// AfterSynchronize; traced under VGPU_COMPUTE_TRACE.
 template <typename Before, typename Call>
 CUresult Synchronizing(Before before, Call call) {
+  const int64_t entry = compute_limit::TraceNow();
   before();
+  const int64_t call_start = entry != 0 ? compute_limit::TraceNow() : 0;
   const CUresult result = call();
+  const int64_t call_end = entry != 0 ? compute_limit::TraceNow() : 0;
   compute_limit::AfterSynchronize();
+  if (entry != 0) compute_limit::TraceSync(entry, call_start, call_end);
   return result;
 }
 

@@ -211,8 +211,9 @@ TEST_F(ComputeTest, LowPriorityYieldsToHighPriorityAndResumes) {
 }
 
 // VGPU_COMPUTE_TRACE (%p: the pid) under a limit of 30: the file written at exit holds one
-// launch record per launch, the sleeps of the rests, and busy intervals covering about the
-// limit's share of the launches' span, on the launches' clock.
+// launch record per launch, the sleeps of the rests, busy intervals covering about the limit's
+// share of the launches' span, on the launches' clock, and the program's synchronisations, each
+// with the driver's wait inside the hook's time.
 TEST_F(ComputeTest, TraceRecordsEveryLaunchTheRestsAndTheBusyIntervals) {
   const Achieved a = RunLoop(2000, "plain",
                              VgpuEnv({{"CUDA_DEVICE_SM_LIMIT", "30"}, {"VGPU_COMPUTE_TRACE", dir_ + "/trace.%p"}}));
@@ -230,7 +231,7 @@ TEST_F(ComputeTest, TraceRecordsEveryLaunchTheRestsAndTheBusyIntervals) {
   std::getline(in, header);
   EXPECT_EQ(header.rfind("# vgpu compute trace 1: ", 0), 0u) << header;
   EXPECT_NE(header.find(", 0 dropped"), std::string::npos) << header;
-  uint64_t launches = 0, sleeps = 0, estimates = 0;
+  uint64_t launches = 0, sleeps = 0, estimates = 0, syncs = 0;
   int64_t first = INT64_MAX, last = INT64_MIN, busy = 0, sleep_ns = 0, measured = 0;
   int64_t busy_first = INT64_MAX, busy_last = INT64_MIN;
   std::string line;
@@ -240,8 +241,8 @@ TEST_F(ComputeTest, TraceRecordsEveryLaunchTheRestsAndTheBusyIntervals) {
     int device = -1;
     int64_t x = 0, y = 0, z = 0;
     ASSERT_TRUE(fields >> kind >> device >> x >> y) << line;
-    if (kind == 'C') {
-      ASSERT_TRUE(fields >> z) << line;  // C: time, estimated, measured
+    if (kind == 'C' || kind == 'Y') {
+      ASSERT_TRUE(fields >> z) << line;  // C: time, estimated, measured; Y: start, end, wait
     }
     EXPECT_EQ(device, 0);
     if (kind != 'S' && kind != 'C') {
@@ -267,6 +268,10 @@ TEST_F(ComputeTest, TraceRecordsEveryLaunchTheRestsAndTheBusyIntervals) {
       } else {
         measured += z;  // completed intervals
       }
+    } else if (kind == 'Y') {
+      ++syncs;
+      EXPECT_GE(z, 0) << line;
+      EXPECT_LE(z, y - x) << line;  // the driver's wait lies within the hook
     } else {
       ADD_FAILURE() << "unknown record " << kind;
     }
@@ -279,6 +284,7 @@ TEST_F(ComputeTest, TraceRecordsEveryLaunchTheRestsAndTheBusyIntervals) {
               static_cast<unsigned long long>(sleeps), sleep_share, busy_share);
   EXPECT_EQ(launches, a.kernels);
   EXPECT_GT(sleeps, 0u);
+  EXPECT_GT(syncs, 0u);  // the program synchronises its stream every batch and at its end
   // Every launch after the first few is charged an estimate; what the completed intervals
   // measured is the busy time the B records hold.
   EXPECT_GE(estimates, a.kernels / 2);
