@@ -7,8 +7,9 @@ Usage: python3 bench/compute/busy_windows.py --library FILE (--serve-json FILE |
                                              [--replay] [--long-ms MS]
 
   --library FILE    libvgpu.so's VGPU_COMPUTE_TRACE: the busy intervals the limiter measured (B)
-                    and its launching threads' sleeps (S); launches (L) are counted, and of its
-                    synchronisations (Y) the limiter's time around the driver's wait
+                    and its launching threads' sleeps (S); launches (L) are counted, estimates
+                    charged without a measurement (U) summed, and of its synchronisations (Y)
+                    the limiter's time around the driver's wait
   --serve-json FILE bench/serving/serve.py's output (its last JSON line): the span is its token
                     window (t_start, t_end: CLOCK_MONOTONIC seconds, the trace's clock)
   --span T0 T1      or the span in seconds on CLOCK_MONOTONIC
@@ -58,7 +59,7 @@ import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from trace_report import Timeline, quantile, read_library, read_syncs  # noqa: E402
+from trace_report import Timeline, quantile, read_kind, read_library  # noqa: E402
 
 TENTHS = 10
 FULL = 1_000_000  # ppm
@@ -139,7 +140,11 @@ def report(args, out=sys.stdout):
     slept = sum(n for t, n in sleeps if t0 <= t < t1)
     print(f"span {(t1 - t0) / 1e9:.3f} s: busy {100.0 * timeline.busy_ns(t0, t1) / (t1 - t0):.1f}% "
           f"(union of {len(intervals)} measured intervals), {inside} launches, slept {slept / 1e6:.1f} ms", file=out)
-    own = sorted(b - a - w for a, b, w in read_syncs(args.library) if t0 <= a < t1)
+    unmeasured = sum(ns for t, ns in read_kind(args.library, "U", 2) if t0 <= t < t1)
+    if unmeasured:
+        print(f"charged without a measurement: {unmeasured / 1e6:.1f} ms ({100.0 * unmeasured / (t1 - t0):.2f}% of the span; "
+              "estimates that stood for light tails, intervals of unknown start, broken events)", file=out)
+    own = sorted(b - a - w for a, b, w in read_kind(args.library, "Y", 3) if t0 <= a < t1)
     if own:
         print(f"{len(own)} synchronisations: the limiter's time around the driver's wait median "
               f"{quantile(own, 0.5) / 1e3:.1f} us, p99 {quantile(own, 0.99) / 1e3:.1f} us, mean "

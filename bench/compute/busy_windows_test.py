@@ -18,7 +18,8 @@ T0 = 5_000 * MS  # the span starts 5 s into the clock
 def write_trace(path):
     """Ten periods of 100 ms: busy for the first 50 ms, then 2 ms in every 10 (20%); a launch
     every ms of the busy half; one 3 ms sleep per period; one synchronisation per period, whose
-    hook takes 10 us (5th period: 30 us) around a 90 us wait. Mean busy 60%."""
+    hook takes 10 us (5th period: 30 us) around a 90 us wait; 0.5 ms charged unmeasured per
+    period. Mean busy 60%."""
     lines = ["# vgpu compute trace 1: many records, 0 dropped"]
     for p in range(10):
         t = T0 + p * 100 * MS
@@ -27,6 +28,7 @@ def write_trace(path):
         lines += [f"L 0 {t + m * MS} {t + m * MS + 5000}" for m in range(50)]
         lines.append(f"S 0 {t + 60 * MS} {3 * MS}")
         lines.append(f"Y 0 {t + 55 * MS} {t + 55 * MS + (120_000 if p == 4 else 100_000)} 90000")
+        lines.append(f"U 0 {t + 70 * MS} {MS // 2}")
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
 
@@ -56,6 +58,7 @@ class BusyWindowsTest(unittest.TestCase):
         text = self.run_report("--library", self.trace, "--serve-json", self.serve, "--limits", "30,90")
         self.assertIn("span 1.000 s: busy 60.0%", text)
         self.assertIn("500 launches, slept 30.0 ms", text)
+        self.assertIn("charged without a measurement: 5.0 ms (0.50% of the span;", text)
         self.assertIn("10 synchronisations: the limiter's time around the driver's wait median 10.0 us, "
                       "p99 30.0 us, mean 12.0 us (0.1 ms in all)", text)
         # 10 ms windows: 50 fully busy, 50 at 20%; under 90 the busy ones keep 0.9 of theirs.

@@ -69,20 +69,24 @@ def read_library(path):
     return sorted(launches), sorted(sleeps), sorted(busy)
 
 
-def read_syncs(path):
-    """The synchronising calls of a VGPU_COMPUTE_TRACE file (Y records): [(hook entry, hook exit,
-    the driver's wait inside)], sorted."""
-    syncs = []
+def read_kind(path, kind, values):
+    """A VGPU_COMPUTE_TRACE file's records of one kind, each the tuple of its first `values`
+    numbers after the device, sorted: "Y" (3: hook entry, hook exit, the driver's wait inside),
+    "U" (2: time, an estimate charged unmeasured)."""
+    records = []
     with open(path) as f:
         for n, line in enumerate(f, 1):
             p = line.split()
-            if not p or p[0] != "Y":
+            if not p or p[0] != kind:
                 continue
             try:
-                syncs.append((int(p[2]), int(p[3]), int(p[4])))
-            except (ValueError, IndexError):
-                sys.exit(f"trace_report: {path}:{n}: not a synchronisation record: {line.strip()!r}")
-    return sorted(syncs)
+                record = tuple(int(x) for x in p[2:2 + values])
+                if len(record) != values:
+                    raise ValueError(line)
+            except ValueError:
+                sys.exit(f"trace_report: {path}:{n}: not a {kind} record: {line.strip()!r}")
+            records.append(record)
+    return sorted(records)
 
 
 def union(intervals):

@@ -9,7 +9,7 @@ ComputeLimiter::ComputeLimiter(Controller* controller, BusyTracker* tracker)
 // corrects the budget clock.
 void ComputeLimiter::Apply(const PollResult& result, int64_t now) {
   if (result.intervals == 0) return;
-  if (observer_ != nullptr) observer_(observer_context_, now, result.estimated_ns, result.busy_ns);
+  if (observer_ != nullptr) observer_(observer_context_, now, result.estimated_ns, result.busy_ns, result.unmeasured_ns);
   controller_->AddMeasured(result.busy_ns);
   controller_->Charge(result.busy_ns - result.estimated_ns, now);
 }
@@ -41,7 +41,7 @@ void ComputeLimiter::AfterLaunch(const LaunchTicket& ticket, bool launched, int6
   PollResult polled;
   int64_t estimate = tracker_->AfterLaunch(ticket, launched, now, &polled);
   if (estimate > 0) {
-    if (observer_ != nullptr) observer_(observer_context_, now, estimate, 0);
+    if (observer_ != nullptr) observer_(observer_context_, now, estimate, 0, 0);
     controller_->Charge(estimate, now);
     controller_->ClaimTurn(estimate, now);
   }

@@ -56,8 +56,11 @@ class ComputeLimiter {
 
   // Called (if set) for every charge to the container's budget: a launch's estimate at its
   // submission (measured = 0) and, per batch of completed intervals, what they measured against
-  // what was estimated for them (the clock is charged the difference). For VGPU_COMPUTE_TRACE.
-  using ChargeObserver = void (*)(void* context, int64_t now, int64_t estimated_ns, int64_t measured_ns);
+  // what was estimated for them (the clock is charged the difference), `unmeasured_ns` of the
+  // measured part being estimates that stood where nothing could be measured (PollResult). For
+  // VGPU_COMPUTE_TRACE.
+  using ChargeObserver = void (*)(void* context, int64_t now, int64_t estimated_ns, int64_t measured_ns,
+                                  int64_t unmeasured_ns);
   void ObserveCharges(ChargeObserver observer, void* context);
 
   Controller* controller() const { return controller_; }

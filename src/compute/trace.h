@@ -16,6 +16,10 @@
 //                        submission (measured 0), or a batch of completed intervals, which
 //                        measured `measured` of busy time for launches charged `estimated`
 //                        (the clock is corrected by the difference)
+//   U device time unmeasured
+//                        of the batch charged at `time` (its C record), this much was an estimate
+//                        standing where nothing could be measured (a light tail that may hold
+//                        idle gaps, an interval whose start is unknown, a broken event)
 //   Y device start end wait
 //                        a synchronising call (cuCtxSynchronize, cuStreamSynchronize,
 //                        cuEventSynchronize, cuStreamWaitEvent, ...): from the hook's entry to its
@@ -36,7 +40,7 @@ namespace vgpu::compute {
 
 class ComputeTrace {
  public:
-  enum Kind : char { kLaunch = 'L', kSleep = 'S', kBusy = 'B', kCharge = 'C', kSync = 'Y' };
+  enum Kind : char { kLaunch = 'L', kSleep = 'S', kBusy = 'B', kCharge = 'C', kUnmeasured = 'U', kSync = 'Y' };
   static constexpr size_t kDefaultCapacity = size_t{1} << 21;  // records (64 MiB, touched as used)
 
   explicit ComputeTrace(size_t capacity = kDefaultCapacity);

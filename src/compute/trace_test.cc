@@ -32,16 +32,18 @@ TEST(ComputeTraceTest, WritesTheRecordsInTheOrderAdded) {
   trace.Add(ComputeTrace::kSleep, 0, 300, 5'000'000);
   trace.Add(ComputeTrace::kBusy, 1, -5, 1'234'567'890'123);
   trace.Add(ComputeTrace::kCharge, 0, 400, 2'000'000, 1'500'000);
+  trace.Add(ComputeTrace::kUnmeasured, 0, 400, 300'000);
   trace.Add(ComputeTrace::kSync, 0, 500, 9'000, 7'000);
   const std::string path = TempPath("vgpu-trace-test");
   std::string error;
   ASSERT_TRUE(trace.WriteTo(path, &error)) << error;
   EXPECT_EQ(ReadFile(path),
-            "# vgpu compute trace 1: 5 records, 0 dropped\n"
+            "# vgpu compute trace 1: 6 records, 0 dropped\n"
             "L 0 100 250\n"
             "S 0 300 5000000\n"
             "B 1 -5 1234567890123\n"
             "C 0 400 2000000 1500000\n"
+            "U 0 400 300000\n"
             "Y 0 500 9000 7000\n");
   std::remove(path.c_str());
 }

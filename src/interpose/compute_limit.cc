@@ -86,9 +86,10 @@ void TraceInterval(void* context, int64_t begin_ns, int64_t end_ns) {
   g_trace->Add(compute::ComputeTrace::kBusy, static_cast<DeviceLimiter*>(context)->device, begin_ns, end_ns);
 }
 
-void TraceCharge(void* context, int64_t now, int64_t estimated_ns, int64_t measured_ns) {
-  g_trace->Add(compute::ComputeTrace::kCharge, static_cast<DeviceLimiter*>(context)->device, now, estimated_ns,
-               measured_ns);
+void TraceCharge(void* context, int64_t now, int64_t estimated_ns, int64_t measured_ns, int64_t unmeasured_ns) {
+  const int device = static_cast<DeviceLimiter*>(context)->device;
+  g_trace->Add(compute::ComputeTrace::kCharge, device, now, estimated_ns, measured_ns);
+  if (unmeasured_ns > 0) g_trace->Add(compute::ComputeTrace::kUnmeasured, device, now, unmeasured_ns);
 }
 
 class TraceSleeper final : public compute::Sleeper {
