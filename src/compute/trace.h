@@ -21,10 +21,10 @@
 //                        standing where nothing could be measured (a light tail that may hold
 //                        idle gaps, an interval whose start is unknown, a broken event)
 //   Y device start end wait
-//                        a synchronising call (cuCtxSynchronize, cuStreamSynchronize,
-//                        cuEventSynchronize, cuStreamWaitEvent, ...): from the hook's entry to its
-//                        exit; `wait` is the time inside the driver's call, so end - start - wait
-//                        is the limiter's own time around it (marks before, polls and ticks after)
+//                        a synchronising call (cuCtxSynchronize(_v2), cuStreamSynchronize(_ptsz),
+//                        cuEventSynchronize): from the hook's entry to its exit; `wait` is the
+//                        time inside the driver's call, so end - start - wait is the limiter's
+//                        own time around it (marks before, polls and ticks after)
 //
 // Add() is lock-free (one atomic increment per record) and drops records once the buffer is full
 // (counted). WriteTo() is for exit time: it must not race with Add() for a complete file.
@@ -49,8 +49,8 @@ class ComputeTrace {
 
   void Add(Kind kind, int device, int64_t a, int64_t b, int64_t c = 0);  // c: kCharge's, kSync's third value
   // Writes "# vgpu compute trace 1: N records, D dropped" and one line per record
-  // ("L 0 123 456", "C 0 123 456 789", "Y 0 123 456 78"), in the order they were added. False (and *error) when
-  // the file cannot be written.
+  // ("L 0 123 456", "C 0 123 456 789", "Y 0 123 456 78"), in the order they were added. False
+  // (and *error) when the file cannot be written.
   bool WriteTo(const std::string& path, std::string* error) const;
 
   size_t records() const;
