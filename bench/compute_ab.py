@@ -5,7 +5,7 @@ runs in every round: what a change to the compute limiter does, as ratios measur
     python3 bench/compute_ab.py --old OLD/libvgpu.so --new NEW/libvgpu.so --out DIR
                                 [--rows PATTERNS] [--limits 30,60,90] [--rounds 2]
                                 [--serving LIMITS] [--serving-args ARGS] [--serving-cpus auto|all|LIST]
-                                [--old-env VAR=VALUE,...] [--new-env VAR=VALUE,...]
+                                [--trace] [--old-env VAR=VALUE,...] [--new-env VAR=VALUE,...]
                                 [--warmup W --seconds S] [--dry-run]
 
 Rows (--rows takes ids or shell patterns, comma-separated): the concurrency matrix's rows of
@@ -31,6 +31,11 @@ its tokens/s, the limiter's busy time over the process's life, and its GPU-Util 
 (GPU-Util x window / serve.py's decode steps: the busy time each step of ~32 sequences costs,
 which a limit should leave as it is natively), and the medians of serve.py's per-step host times:
 the graph replay call and the wait from its return to the step's end.
+
+--trace records VGPU_COMPUTE_TRACE in every limited serving run (DIR/traces/serving-LIB-LIMIT-rROUND.trace)
+and adds to the serving table, from the trace's records within serve.py's window, the limiter's own
+time around each synchronisation (Y records: the hook's time less the driver's wait; the wait for a
+decode step includes it) and what it charged without a measurement (U records, % of the window).
 
 --old-env / --new-env add variables to that side's limited runs (comma-separated VAR=VALUE), so
 that one library can be compared with itself under another setting:
@@ -58,6 +63,8 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import compute_matrix as cm  # noqa: E402
+sys.path.insert(0, os.path.join(HERE, "compute"))
+from trace_report import read_kind  # noqa: E402
 from compute_common import (ROOT, Launcher, UtilSampler, fmt, git_describe, log, nvcc_build,  # noqa: E402
                             summary_of, util_of)
 
@@ -118,12 +125,17 @@ class Runner:
             out += ["--seconds", f"{self.args.seconds:g}"]
         return out
 
-    def run(self, row, lib, limit):
-        """One run: lib None (native) or "old" / "new" at `limit`. Returns its record."""
+    def run(self, row, lib, limit, rnd=0):
+        """One run: lib None (native) or "old" / "new" at `limit` in round `rnd`. Returns its record."""
         launcher = self.native if lib is None else self.libs[lib]
         env = launcher.env_for(None if lib is None else limit, summary=True)
+        trace = None
         if lib is not None:
             env.update(self.args.extra_env[lib])
+            if self.args.trace and row == "serving":
+                trace = os.path.join(self.args.out, "traces", f"serving-{lib}-{limit}-r{rnd}.trace")
+                os.makedirs(os.path.dirname(trace), exist_ok=True)
+                env["VGPU_COMPUTE_TRACE"] = trace
         timeout = 300 if row == "serving" else 90
         out, err, rc, _ = launcher.run(self.command(row), env, timeout)
         res = launcher.result_of(out, err, rc)
@@ -137,6 +149,8 @@ class Runner:
                 rec[key] = res[key]["p50"]
         if lib is not None:
             rec.update(summary_of(err))
+        if trace is not None and "t_start" in rec and "t_end" in rec:
+            rec.update(trace_figures(trace, rec["t_start"], rec["t_end"]))
         if rec["error"] or not isinstance(rate, (int, float)):
             self.failed += 1
             rec["error"] = rec["error"] or "no rate"
@@ -149,6 +163,19 @@ class Runner:
         for rec in records:
             if self.sampler and not rec["error"] and "t_start" in rec:
                 rec["util"] = util_of(self.sampler, rec)
+
+
+def trace_figures(path, t_start, t_end):
+    """From a serving run's VGPU_COMPUTE_TRACE, within its window (CLOCK_MONOTONIC seconds): the
+    synchronisations, the limiter's mean time around each (µs) and the charges that stood
+    unmeasured (% of the window). {} where the trace is missing."""
+    if not os.path.isfile(path):
+        return {}
+    t0, t1 = int(t_start * 1e9), int(t_end * 1e9)
+    own = [b - a - w for a, b, w in read_kind(path, "Y", 3) if t0 <= a < t1]
+    unmeasured = sum(ns for t, ns in read_kind(path, "U", 2) if t0 <= t < t1)
+    return {"syncs": len(own), "sync_own_us": sum(own) / len(own) / 1e3 if own else None,
+            "unmeasured_pct": 100.0 * unmeasured / (t1 - t0) if t1 > t0 else None}
 
 
 def step_busy_ms(rec):
@@ -179,12 +206,15 @@ def plan(rows, rounds, limits):
 
 def table(records, rows, limits):
     """Markdown: per row and limit, the rounds' native rates and old / new shares of them."""
+    with_trace = any("syncs" in r for r in records if r["row"] in rows)
     out = ["| row | limit | native rate per round | old: share of native | new: share of native | "
            "marks / event queries per launch, old / new | throttled (ms) / launches measured lightly, old / new | "
            "limiter's measure (ppm), old / new | GPU-Util per round, native / old / new | "
            "GPU-Util per decode step (ms), native / old / new | "
-           "graph replay call / wait for the step, p50 (µs), native / old / new |",
-           "|---|---|---|---|---|---|---|---|---|---|---|"]
+           "graph replay call / wait for the step, p50 (µs), native / old / new |"
+           + (" limiter's time per synchronisation (µs) / charged unmeasured (% of the window), old / new |"
+              if with_trace else ""),
+           "|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if with_trace else "")]
     for row in rows:
         natives = [r for r in records if r["row"] == row and r["lib"] == "native"]
         for limit in limits_of(row, limits):
@@ -195,6 +225,7 @@ def table(records, rows, limits):
             util = [fmt(nat.get("util"), 1) for nat in natives]
             per_step = [fmt(step_busy_ms(nat), 3) for nat in natives]
             host = [step_host_times(nat) for nat in natives]
+            traced = {"old": [], "new": []}
             for rnd, nat in enumerate(natives):
                 for lib in ("old", "new"):
                     rec = next((r for r in records if r["row"] == row and r["lib"] == lib and r["limit"] == limit
@@ -208,6 +239,8 @@ def table(records, rows, limits):
                     util[rnd] += "/" + fmt(rec.get("util") if rec and not rec["error"] else None, 1)
                     per_step[rnd] += "/" + fmt(step_busy_ms(rec), 3)
                     host[rnd] += " / " + step_host_times(rec)
+                    traced[lib].append(f"{fmt(rec.get('sync_own_us'), 1)}/{fmt(rec.get('unmeasured_pct'), 2)}"
+                                       if rec and not rec["error"] else "–")
             rates = ", ".join(fmt(n["rate"], 0) if not n["error"] else "failed" for n in natives)
             shown = {}
             for lib, values in shares.items():
@@ -219,7 +252,8 @@ def table(records, rows, limits):
                        f"{', '.join(throttle['old'])} / {', '.join(throttle['new'])} | "
                        f"{', '.join(measure['old'])} / {', '.join(measure['new'])} | {', '.join(util)} | "
                        f"{', '.join(per_step) if row == 'serving' else '–'} | "
-                       f"{', '.join(host) if row == 'serving' else '–'} |")
+                       f"{', '.join(host) if row == 'serving' else '–'} |"
+                       + (f" {', '.join(traced['old'])} / {', '.join(traced['new'])} |" if with_trace else ""))
     return "\n".join(out)
 
 
@@ -252,6 +286,8 @@ def parser():
     p.add_argument("--serving-args", default=cm.DEFAULT_SERVING_ARGS,
                    help="bench/serving/serve.py options of the serving runs, one string (default: "
                    "bench/compute_matrix.py's, %(default)r); --warmup / --seconds still come last")
+    p.add_argument("--trace", action="store_true", help="record VGPU_COMPUTE_TRACE in the limited serving runs "
+                   "and add the limiter's time per synchronisation and its unmeasured charges to the table")
     p.add_argument("--serving-cpus", default="auto", help="CPUs the serving runs are pinned to (as "
                    "bench/compute_matrix.py's option; default auto)")
     p.add_argument("--serve-script", default=os.path.join(ROOT, "bench", "serving", "serve.py"), help=argparse.SUPPRESS)
@@ -310,7 +346,7 @@ def main(argv=None):
             for row, lib, limit in steps:
                 if lib is None:
                     rounds[row] = rounds.get(row, -1) + 1
-                rec = runner.run(row, lib, limit)
+                rec = runner.run(row, lib, limit, rounds[row])
                 rec["round"] = rounds[row]
                 records.append(rec)
             runner.add_util(records)

@@ -160,6 +160,20 @@ class Runs(unittest.TestCase):
         self.assertIn("| 50/5000 / 60/5000 / 60/5000, 50/5000 / 60/5000 / 60/5000 |", md)
         self.assertEqual(r.stdout.count("| 1x5us |"), 2)  # the table is printed too
 
+    def test_trace_adds_the_limiters_time_per_synchronisation_and_its_unmeasured_charges(self):
+        r, md = self.run_ab("--rows", "1x5us", "--limits", "30", "--rounds", "1", "--serving", "10,60", "--trace")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        # The fake writes each limited serving run's trace as the library would: `limit` us around
+        # each synchronisation, 1% of the window unmeasured. Spin rows are not traced.
+        self.assertIn("| limiter's time per synchronisation (µs) / charged unmeasured (% of the window), old / new |", md)
+        self.assertIn(" 10.0/1.00 / 10.0/1.00 |", md)
+        self.assertIn(" 60.0/1.00 / 60.0/1.00 |", md)
+        self.assertEqual(sorted(os.listdir(os.path.join(self.tmp, "out", "traces"))),
+                         ["serving-new-10-r0.trace", "serving-new-60-r0.trace",
+                          "serving-old-10-r0.trace", "serving-old-60-r0.trace"])
+        header_rows = [l for l in md.splitlines() if l.startswith("| row |")]  # (the title names the commit)
+        self.assertEqual([("limiter's time per synchronisation" in l) for l in header_rows], [False, True])
+
     def test_each_sides_variables_reach_its_limited_runs_only(self):
         r, md = self.run_ab("--rows", "1x5us", "--limits", "30", "--rounds", "1",
                             "--old-env", "VGPU_COMPUTE_RUN_HOLD=false, VGPU_COMPUTE_LIGHT=false")

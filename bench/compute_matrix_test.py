@@ -118,6 +118,15 @@ def fake(argv):
         result["t_ready"] = t_ready
         if "--calibrate" in args:
             result.update(busy=1.0, dev_unit_ok=True, dev_unit_s=1.0 / base)
+    if kind == "serving" and limited and os.environ.get("VGPU_COMPUTE_TRACE"):
+        # As libvgpu.so's trace would: 4 synchronisations in the window, each with `limit` us of the
+        # limiter's own time around a 5 ms wait, and 1% of the window charged unmeasured.
+        t0, t1 = int(t_start * 1e9), int(result["t_end"] * 1e9)
+        lines = ["# vgpu compute trace 1: 5 records, 0 dropped"]
+        lines += [f"Y 0 {t0 + i * 1000} {t0 + i * 1000 + 5_000_000 + limit * 1000} 5000000" for i in range(4)]
+        lines.append(f"U 0 {t0 + 10_000} {(t1 - t0) // 100}")
+        with open(os.environ["VGPU_COMPUTE_TRACE"], "w") as f:
+            f.write("\n".join(lines) + "\n")
     if kind == "serving":
         result = {"ok": True, "tokens_per_s": rate, "t_start": t_start, "t_end": result["t_end"],
                   "replay_call_us": {"p50": 60.0 if limited else 50.0}, "step_wait_us": {"p50": 5000.0}}
