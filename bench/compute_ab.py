@@ -64,7 +64,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import compute_matrix as cm  # noqa: E402
 sys.path.insert(0, os.path.join(HERE, "compute"))
-from trace_report import read_kind  # noqa: E402
+from trace_report import syncs_and_unmeasured  # noqa: E402
 from compute_common import (ROOT, Launcher, UtilSampler, fmt, git_describe, log, nvcc_build,  # noqa: E402
                             summary_of, util_of)
 
@@ -172,8 +172,7 @@ def trace_figures(path, t_start, t_end):
     if not os.path.isfile(path):
         return {}
     t0, t1 = int(t_start * 1e9), int(t_end * 1e9)
-    own = [b - a - w for a, b, w in read_kind(path, "Y", 3) if t0 <= a < t1]
-    unmeasured = sum(ns for t, ns in read_kind(path, "U", 2) if t0 <= t < t1)
+    own, unmeasured = syncs_and_unmeasured(path, t0, t1)
     return {"syncs": len(own), "sync_own_us": sum(own) / len(own) / 1e3 if own else None,
             "unmeasured_pct": 100.0 * unmeasured / (t1 - t0) if t1 > t0 else None}
 

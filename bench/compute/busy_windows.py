@@ -59,7 +59,7 @@ import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from trace_report import Timeline, quantile, read_kind, read_library  # noqa: E402
+from trace_report import Timeline, quantile, read_library, syncs_and_unmeasured  # noqa: E402
 
 TENTHS = 10
 FULL = 1_000_000  # ppm
@@ -140,11 +140,10 @@ def report(args, out=sys.stdout):
     slept = sum(n for t, n in sleeps if t0 <= t < t1)
     print(f"span {(t1 - t0) / 1e9:.3f} s: busy {100.0 * timeline.busy_ns(t0, t1) / (t1 - t0):.1f}% "
           f"(union of {len(intervals)} measured intervals), {inside} launches, slept {slept / 1e6:.1f} ms", file=out)
-    unmeasured = sum(ns for t, ns in read_kind(args.library, "U", 2) if t0 <= t < t1)
+    own, unmeasured = syncs_and_unmeasured(args.library, t0, t1)
     if unmeasured:
         print(f"charged without a measurement: {unmeasured / 1e6:.1f} ms ({100.0 * unmeasured / (t1 - t0):.2f}% of the span; "
               "estimates that stood for light tails, intervals of unknown start, broken events)", file=out)
-    own = sorted(b - a - w for a, b, w in read_kind(args.library, "Y", 3) if t0 <= a < t1)
     if own:
         print(f"{len(own)} synchronisations: the limiter's time around the driver's wait median "
               f"{quantile(own, 0.5) / 1e3:.1f} us, p99 {quantile(own, 0.99) / 1e3:.1f} us, mean "

@@ -69,24 +69,28 @@ def read_library(path):
     return sorted(launches), sorted(sleeps), sorted(busy)
 
 
-def read_kind(path, kind, values):
-    """A VGPU_COMPUTE_TRACE file's records of one kind, each the tuple of its first `values`
-    numbers after the device, sorted: "Y" (3: hook entry, hook exit, the driver's wait inside),
-    "U" (2: time, an estimate charged unmeasured)."""
-    records = []
+def syncs_and_unmeasured(path, t0, t1):
+    """A VGPU_COMPUTE_TRACE file's figures within [t0, t1) (ns), in one pass: the limiter's own
+    time around each synchronisation (a Y record's hook time less the driver's wait inside), sorted,
+    and the estimates charged without a measurement (U records), summed."""
+    own, unmeasured = [], 0
     with open(path) as f:
         for n, line in enumerate(f, 1):
             p = line.split()
-            if not p or p[0] != kind:
+            if not p or p[0] not in ("Y", "U"):
                 continue
             try:
-                record = tuple(int(x) for x in p[2:2 + values])
-                if len(record) != values:
-                    raise ValueError(line)
-            except ValueError:
-                sys.exit(f"trace_report: {path}:{n}: not a {kind} record: {line.strip()!r}")
-            records.append(record)
-    return sorted(records)
+                if p[0] == "Y":
+                    entry, exit_, wait = int(p[2]), int(p[3]), int(p[4])
+                    if t0 <= entry < t1:
+                        own.append(exit_ - entry - wait)
+                else:
+                    time, ns = int(p[2]), int(p[3])
+                    if t0 <= time < t1:
+                        unmeasured += ns
+            except (ValueError, IndexError):
+                sys.exit(f"trace_report: {path}:{n}: not a {p[0]} record: {line.strip()!r}")
+    return sorted(own), unmeasured
 
 
 def union(intervals):
