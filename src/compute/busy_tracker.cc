@@ -190,6 +190,7 @@ void BusyTracker::MarkTailLocked(StreamState& st, int64_t now) {
       st.mark_interval = std::max(st.mark_interval / 2, 1);
     }
   }
+  if (st.exact_left > 0) st.mark_interval = 1;  // a light measurement's exact window stays dense
   st.last_mark_deep = deep;
   RecordLocked(st, /*begin=*/false, previous_pending, now);
   // On failure the tail stays open and is retried at the next launch (its estimate stands in).
@@ -342,13 +343,25 @@ int64_t BusyTracker::BeforeLaunch(StreamKey stream, int64_t now, LaunchTicket* t
   const bool light_set = light_.load(std::memory_order_relaxed);
   const bool by_bank = !light_set && banked && bank_light_.load(std::memory_order_relaxed);
   const bool alone = other_stream_ns_ == 0 || now - other_stream_ns_ >= options_.light_alone_ns;
-  const bool light = (light_set || by_bank) && alone;
+  bool light = (light_set || by_bank) && alone;
+  if (!light) {
+    st.exact_left = 0;  // a window ends with light measurement (its dense marks with it)
+  } else if (st.exact_left > 0 || DrawLocked(options_.light_window_every)) {
+    // A window measured exactly (light_window_every): the light tail closed first, dense marks.
+    if (st.exact_left == 0) {
+      st.exact_left = std::max(options_.light_window_launches, 1);
+      if (st.tail_light) MarkTailLocked(st, now);
+      st.mark_interval = 1;
+    }
+    --st.exact_left;
+    light = false;
+  }
   if (!light) CollapseIntervalIfShallowLocked(st);
   st.sampling = !st.last_mark_deep && LaunchedSlowerLocked(st) && UniformCostLocked(st) && DrawSampleLocked();
   if (st.sampling) MarkTailLocked(st, now);  // the sampled launch starts an interval
   if (st.tail_launches == 0) st.tail_light = light && !st.sampling;
   if (StreamIdleLocked(st)) {
-    if (light && !st.sampling && !DrawLocked(options_.light_sample_every)) {
+    if (light && !st.sampling) {
       // Light: no begin. The interval to come may hold this idle gap: its estimate stands
       // (gap_unmarked), and its tail is marked every few launches (the queue's window allowing).
       st.gap_unmarked = true;
@@ -364,7 +377,6 @@ int64_t BusyTracker::BeforeLaunch(StreamKey stream, int64_t now, LaunchTicket* t
       if (!RecordLocked(st, /*begin=*/true, /*deep=*/false, now)) {
         st.gap_unmarked = true;  // the next interval would include the idle gap: do not measure it
       }
-      if (light) st.sampling = true;  // a light sample: measured alone, marked right after it
     }
   }
   ticket->slot = slot;
@@ -584,9 +596,11 @@ void BusyTracker::LearnLocked(StreamState& st, const PendingMark& mark, const Me
     KindEstimate& kind = st.kinds[mark.graphs == 0 ? 0 : 1];
     kind.busy_ns = kind.busy_ns * (1 - g) + static_cast<double>(busy_ns);
     kind.launches = kind.launches * (1 - g) + mark.launches;
-    const double slow = options_.light_estimate_gain;
-    kind.slow_busy_ns = kind.slow_busy_ns * (1 - slow) + static_cast<double>(busy_ns);
-    kind.slow_launches = kind.slow_launches * (1 - slow) + mark.launches;
+    if (!mark.light) {  // what the light tails are charged (light_estimate_gain)
+      const double slow = options_.light_estimate_gain;
+      kind.slow_busy_ns = kind.slow_busy_ns * (1 - slow) + static_cast<double>(busy_ns);
+      kind.slow_launches = kind.slow_launches * (1 - slow) + mark.launches;
+    }
   }
   default_estimate_ns_ = has_default_estimate_
                              ? default_estimate_ns_ + g * (per_launch - default_estimate_ns_)

@@ -228,11 +228,19 @@ struct BusyTrackerOptions {
   // How far the GPU's event clock may drift from CLOCK_MONOTONIC (the time offset's decay).
   int64_t max_clock_drift_ppm = 20;
   // Light measurement (SetLight: the container is known to run below its limit, so its busy
-  // time need not be exact, only cheap to learn). A launch onto a stream run dry records a begin
-  // only one time in light_sample_every (drawn at random; that launch is marked right after it and
-  // measured alone), and otherwise none: the interval that follows may hold the idle gap and is
-  // charged its launches' estimates, learned from the sampled ones, and its tail is marked every
-  // light_mark_interval launches. On an H200 a stream run dry before every launch paid a query, a
+  // time need not be exact, only cheap to learn). A launch onto a stream run dry records no
+  // begin: the interval that follows may hold the idle gap and is charged its launches'
+  // estimates, and its tail is marked every light_mark_interval launches. The estimates are
+  // learned from windows measured exactly: one launch in light_window_every (drawn at random)
+  // closes the open tail and starts a window of light_window_launches launches measured as
+  // without light measurement (a begin at each idle start, a mark after each launch), so that
+  // every kind of launch is measured in the order it comes. Until 2026-11-28 single launches onto
+  // an idle stream were sampled instead, and the light tails were charged estimates learned from
+  // every measured interval, the light tails that queued behind others included: a host-paced mix
+  // of 3 us kernels and every 5th of 40 us was then measured from its cheap launches queued behind
+  // the expensive ones and charged 0.6 of what it ran (97% of its native rate at a limit of 60
+  // where 76.5 is due, in the simulation with light measurement held on; once on an H200,
+  // docs/benchmarks.md 2026-11-28). On an H200 a stream run dry before every launch paid a query, a
   // begin and a mark per launch, ~2.5 us of host time: 88.5% of its native rate at a limit of 99
   // (docs/benchmarks.md, 2026-11-27). Only while the process launched on one stream alone for
   // light_alone_ns: an estimate is not added to the union, so concurrent streams' estimates
@@ -240,13 +248,16 @@ struct BusyTrackerOptions {
   // kernels, 67% busy natively, were throttled to 80% of their native rate at a limit of 80 where
   // exact measurement left them 96%). And not for light_hold_ns after a launch was told to wait
   // (EndLight): a wait means the limit binds, or estimates overcharged.
-  int light_sample_every = 8;
+  int light_window_every = 256;
+  int light_window_launches = 8;
   int light_mark_interval = 8;
-  // What a light tail is charged: its launches' estimates by kind, averaged more slowly than the
-  // estimates charged at submission (this gain per interval, against estimate_gain): samples that
-  // arrive in a fixed order (a 40 us kernel found its stream idle and was bracketed, the 5 us one
-  // after it measured behind it) bias a fast average by where the tail falls in that order (with
-  // 0.25, a tail right after the 5 us sample was charged 20 us a launch for a 22.5 us mean).
+  // What a light tail is charged: its launches' estimates by kind, learned from the intervals
+  // measured exactly only (not from light tails: those measured are the ones that queued behind
+  // others), averaged more slowly than the estimates charged at submission (this gain per
+  // interval, against estimate_gain): intervals that arrive in a fixed order (a 40 us kernel found
+  // its stream idle and was bracketed, the 5 us one after it measured behind it) bias a fast
+  // average by where the tail falls in that order (with 0.25, a tail right after the 5 us one was
+  // charged 20 us a launch for a 22.5 us mean).
   double light_estimate_gain = 0.05;
   int64_t light_alone_ns = 100'000'000;
   int64_t light_hold_ns = 1'000'000'000;
@@ -350,7 +361,7 @@ class BusyTracker {
   PollResult Tick(int64_t now);
   // True when some launch is still unmeasured (work may be in flight).
   bool HasPendingWork() const;
-  // Light measurement on or off (BusyTrackerOptions::light_sample_every), from the thread that
+  // Light measurement on or off (BusyTrackerOptions::light_window_every), from the thread that
   // knows whether the container runs below its limit (Controller::Unbound); on only once
   // light_hold_ns have passed since the last EndLight. Takes effect at each stream's next launch
   // onto an idle queue, while the process launches on that stream alone.
@@ -488,6 +499,8 @@ class BusyTracker {
     int32_t deep_samples = 0;
     double single_max_ns = 0;        // launches measured alone: decaying maximum
     bool sampling = false;           // the launch being submitted gets an interval of its own
+    int32_t exact_left = 0;          // launches still to come in a light measurement's exact
+                                     // window (BusyTrackerOptions::light_window_every)
     bool last_mark_deep = false;     // the last mark found the one before it pending (and the
                                      // recent intervals were deep: QueuedDeepLocked)
     int64_t last_submit_ns = 0;      // its last launch's LaunchTicket::submit_ns

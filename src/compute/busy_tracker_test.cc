@@ -224,9 +224,10 @@ TEST(BusyTrackerTest, IdleGapsBetweenLaunchesAreNotCounted) {
   EXPECT_EQ(rig.tracker.stats().begins, 5);
 }
 
-// Light measurement: a stream that runs dry before every launch gets a begin and a mark only at
-// the sampled launches (one in light_sample_every); the others are charged the samples' estimate,
-// which for launches of one cost is their cost. Off again, every idle start is bracketed.
+// Light measurement: a stream that runs dry before every launch gets begins and marks at every
+// launch only in the windows measured exactly (one launch in light_window_every starts one of
+// light_window_launches launches); the others are charged the windows' estimate, which for
+// launches of one cost is their cost. Off again, every idle start is bracketed.
 TEST(BusyTrackerTest, LightMeasurementSamplesLaunchesOntoAnIdleStream) {
   Rig rig;
   rig.LaunchEvery(rig.s0, 100 * kUs, 300 * kUs, 20);  // learn the cost, open the queue's window
@@ -240,8 +241,8 @@ TEST(BusyTrackerTest, LightMeasurementSamplesLaunchesOntoAnIdleStream) {
   const TrackerStats light = rig.tracker.stats();
   const int64_t begins = light.begins - before.begins;
   const int64_t marks = light.marks - before.marks;
-  // Idle starts are seen about every light_mark_interval launches (the tail is open in between)
-  // and one in light_sample_every of them is bracketed.
+  // Idle starts are seen about every light_mark_interval launches (the tail is open in between);
+  // begins come only in the exact windows (800 / 256 x 8 launches, about 25).
   EXPECT_GE(begins, 2);
   EXPECT_LT(begins, kLaunches / 16);
   EXPECT_LT(marks, kLaunches / 4);
@@ -287,11 +288,32 @@ TEST(BusyTrackerTest, LightTailsOnAStreamThatRunsDryAreChargedWhatRan) {
   EXPECT_NEAR(measured / truth, 1.0, 0.03) << measured << " ns charged for " << truth << " ns of kernels";
 }
 
+// A window measured exactly under light measurement marks densely; it ends when light
+// measurement does, or a deep queue measured exactly afterwards would keep a mark per launch.
+TEST(BusyTrackerTest, AnExactWindowEndsWithLightMeasurement) {
+  BusyTrackerOptions options = ExactOptions();
+  options.light_window_every = 1;  // the first light launch starts a window ...
+  options.light_window_launches = 1000;  // ... longer than the light spell
+  Rig rig(options);
+  rig.LaunchEvery(rig.s0, 100 * kUs, 300 * kUs, 20);  // learn the cost, open the queue's window
+  rig.tracker.SetLight(true, rig.now);
+  rig.LaunchEvery(rig.s0, 100 * kUs, 300 * kUs, 5);
+  rig.tracker.SetLight(false, rig.now);
+  const int64_t marks = rig.tracker.stats().marks;
+  constexpr int kLaunches = 400;
+  for (int i = 0; i < kLaunches; ++i) {  // launched faster than they run: the queue is deep
+    ASSERT_TRUE(rig.Launch(rig.s0, 100 * kUs));
+    rig.Advance(10 * kUs);
+    rig.Measured();
+  }
+  EXPECT_LT(rig.tracker.stats().marks - marks, kLaunches / 4);
+}
+
 // Under light measurement a tail charged its estimates is not marked before a wait: that mark
 // would only make the wait longer (its trip to the GPU). Exactly measured tails still are.
 TEST(BusyTrackerTest, LightTailsAreNotMarkedBeforeAWait) {
   BusyTrackerOptions options = ExactOptions();
-  options.light_sample_every = 0;  // never sampled
+  options.light_window_every = 0;  // no exact windows
   Rig rig(options);
   rig.LaunchEvery(rig.s0, 100 * kUs, 300 * kUs, 20);  // learn the cost, open the queue's window
   rig.tracker.SetLight(true, rig.now);

@@ -255,7 +255,9 @@ void Simulation::RunTicks(int64_t t) {
     p->ops->set_cursor(nullptr);
     const ContainerSpec& spec = containers_[p->container]->spec;
     p->next_tick = t + spec.tick_ns;
-    if (spec.light_period_ns > 0 && t >= p->next_light) {
+    if (spec.light_forced) {
+      p->tracker->SetLight(true, t);
+    } else if (spec.light_period_ns > 0 && t >= p->next_light) {
       p->next_light = t + spec.light_period_ns;
       const double device = t >= spec.light_window_ns ? DeviceShare(t - spec.light_window_ns, t) : -1.0;
       const int processes = static_cast<int>(containers_[p->container]->contexts.size());

@@ -94,6 +94,10 @@ struct ContainerSpec {
   // never light.
   int64_t light_period_ns = 100'000'000;
   int64_t light_window_ns = 167'000'000;
+  // Tests: light measurement set on at every tick whatever the controller says (its debt, the
+  // GPU's busy share): the state a container whose light estimates undercharge could keep itself
+  // in through its bank. A wait still ends it until the next tick (tracker.light_hold_ns).
+  bool light_forced = false;
   // The trackers take the simulated GPU's event_gpu_ns for tracker.mark_gpu_ns (whose default
   // describes an H200's events); false: tracker.mark_gpu_ns as given.
   bool mark_gpu_from_gpu = true;
