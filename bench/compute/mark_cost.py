@@ -28,7 +28,12 @@ GPU time from such an event to one recorded after the replay, the stream idle be
 and behind a ~1 ms torch.cuda._sleep, so that the graph is submitted before the stream reaches
 the first event ("queued": the graph's own GPU time); their difference (the submission gap),
 the replay call's median host time, and the gap minus the call: how long before the call
-returned the graph started (negative) or after it (positive). Never changes any GPU setting."""
+returned the graph started (negative) or after it (positive). A third case ("held") holds the
+stream with cuStreamWaitValue32 on a host-mapped word before the first event and releases it
+when the replay call has returned (through libcuda with ctypes; skipped where the driver lacks
+it): whether a launch held so is measured at its own GPU time (held - queued near 0), and what
+holding costs the step's span (host time from before the hold to the end's synchronisation,
+against the idle case's). Never changes any GPU setting."""
 import argparse
 import os
 import statistics
@@ -151,39 +156,92 @@ def main():
             print(f"| {v} | {r + 1} | {sp:.0f} | {ca:.0f} | {wa:.0f} | {sp / base:.4f} |", flush=True)
 
 
+class HostWord:
+    """A 32-bit word in host memory mapped for the GPU, and cuStreamWaitValue32 on it through the
+    driver API (ctypes): a stream held until the host writes the value it waits for."""
+
+    def __init__(self):
+        import ctypes
+        self.ctypes = ctypes
+        self.cu = ctypes.CDLL("libcuda.so.1")
+        self.host = ctypes.c_void_p()
+        self.dev = ctypes.c_uint64()
+        self._check("cuMemHostAlloc", self.cu.cuMemHostAlloc(ctypes.byref(self.host), ctypes.c_size_t(64),
+                                                              ctypes.c_uint(0x02)))  # CU_MEMHOSTALLOC_DEVICEMAP
+        self._check("cuMemHostGetDevicePointer", self.cu.cuMemHostGetDevicePointer_v2(
+            ctypes.byref(self.dev), self.host, ctypes.c_uint(0)))
+        self.word = ctypes.c_uint32.from_address(self.host.value)
+        self.word.value = 0
+        self.wait = self.cu.cuStreamWaitValue32_v2
+        self.wait.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint]
+        self.seq = 0
+
+    @staticmethod
+    def _check(what, rc):
+        if rc != 0:
+            raise RuntimeError(f"{what} failed: CUresult {rc}")
+
+    def hold(self, stream):
+        """The stream waits (CU_STREAM_WAIT_VALUE_GEQ) until release()."""
+        self.seq += 1
+        self._check("cuStreamWaitValue32_v2", self.wait(self.ctypes.c_void_p(stream), self.dev.value, self.seq, 0))
+
+    def release(self):
+        self.word.value = self.seq
+
+
 def gap(torch, graph, a):
     begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     cycles = int(torch.cuda.get_device_properties(0).clock_rate * 1000 * 1e-3)  # clock_rate in kHz: ~1 ms
+    try:
+        word = HostWord()
+    except (OSError, AttributeError, RuntimeError) as e:
+        word = None
+        print(f"mark_cost --gap: no held case ({e})")
+    stream = torch.cuda.current_stream().cuda_stream
+    modes = ("idle", "queued") + (("held",) if word is not None else ())
 
-    def step(queued):
-        if queued:
+    def step(mode):
+        t0 = time.perf_counter()
+        if mode == "queued":
             torch.cuda._sleep(cycles)
+        elif mode == "held":
+            word.hold(stream)
         begin.record()
         t1 = time.perf_counter()
         graph.replay()
         t2 = time.perf_counter()
+        if mode == "held":
+            word.release()
         end.record()
         end.synchronize()
-        return 1000.0 * begin.elapsed_time(end), 1e6 * (t2 - t1)
+        t3 = time.perf_counter()
+        return 1000.0 * begin.elapsed_time(end), 1e6 * (t2 - t1), 1e6 * (t3 - t0)
 
-    step(False)
-    step(True)
+    for mode in modes:
+        step(mode)
     print(f"mark_cost --gap on {torch.cuda.get_device_name(0)}: decode graph of {a.batch} sequences, {a.layers} layers, "
           f"d_model {a.d_model}; {a.steps} launches per case, {a.rounds} rounds")
-    print("| round | idle: event to event p50 (µs) | queued: event to event p50 (µs) | submission gap (µs) "
-          "| replay call p50, idle (µs) | gap - call (µs) |")
-    print("|---|---|---|---|---|---|")
+    print("| round | idle: event to event p50 (µs) | queued | held | submission gap: idle - queued (µs) "
+          "| held - queued | replay call p50, idle (µs) | gap - call | step span p50, idle / held (µs) |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in range(a.rounds):
-        idle, queued, calls = [], [], []
-        for i in range(2 * a.steps):  # alternating
-            gpu, call = step(i % 2 == 1)
-            if i % 2:
-                queued.append(gpu)
-            else:
-                idle.append(gpu)
-                calls.append(call)
-        gi, gq, c = statistics.median(idle), statistics.median(queued), statistics.median(calls)
-        print(f"| {r + 1} | {gi:.1f} | {gq:.1f} | {gi - gq:.1f} | {c:.1f} | {gi - gq - c:.1f} |", flush=True)
+        gpu = {m: [] for m in modes}
+        call, span = {m: [] for m in modes}, {m: [] for m in modes}
+        for i in range(len(modes) * a.steps):  # the cases in turn
+            m = modes[i % len(modes)]
+            g, c, sp = step(m)
+            gpu[m].append(g)
+            call[m].append(c)
+            span[m].append(sp)
+        med = {m: statistics.median(gpu[m]) for m in modes}
+        c = statistics.median(call["idle"])
+        held = f"{med['held']:.1f}" if "held" in med else "–"
+        held_gap = f"{med['held'] - med['queued']:.1f}" if "held" in med else "–"
+        spans = f"{statistics.median(span['idle']):.0f} / " + (
+            f"{statistics.median(span['held']):.0f}" if "held" in med else "–")
+        print(f"| {r + 1} | {med['idle']:.1f} | {med['queued']:.1f} | {held} | {med['idle'] - med['queued']:.1f} "
+              f"| {held_gap} | {c:.1f} | {med['idle'] - med['queued'] - c:.1f} | {spans} |", flush=True)
 
 
 if __name__ == "__main__":
