@@ -228,7 +228,7 @@ TEST(BusyTrackerTest, IdleGapsBetweenLaunchesAreNotCounted) {
 // launch only in the windows measured exactly (one launch in light_window_every starts one of
 // light_window_launches launches); the others are charged the windows' estimate, which for
 // launches of one cost is their cost. Off again, every idle start is bracketed.
-TEST(BusyTrackerTest, LightMeasurementSamplesLaunchesOntoAnIdleStream) {
+TEST(BusyTrackerTest, LightMeasurementMeasuresWindowsOfAStreamThatRunsDry) {
   Rig rig;
   rig.LaunchEvery(rig.s0, 100 * kUs, 300 * kUs, 20);  // learn the cost, open the queue's window
   const TrackerStats before = rig.tracker.stats();
