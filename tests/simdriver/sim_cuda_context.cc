@@ -21,7 +21,9 @@ void DeleteHandlesIf(HandleType type, Pred pred) {
 
 // A context's creation takes VGPU_SIM_CONTEXT_CREATE_MS once its memory is charged (as a real
 // one takes its time while NVML already shows it).
-void CreationTime() { SleepNs(Cfg().context_create_ns); }
+void CreationTime() {
+  if (const uint64_t ns = Cfg().context_create_ns) SleepUntil(NowNs() + ns);
+}
 
 // Creates an active, non-primary context and makes it current (as cuCtxCreate does).
 CUresult CreateContext(CUcontext* pctx, unsigned flags, CUdevice dev) {

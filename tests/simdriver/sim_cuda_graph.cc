@@ -78,7 +78,7 @@ CUresult Instantiate(CUgraphExec* exec_out, CUgraph handle) {
   // other threads go on meanwhile (the lock is let go first).
   const uint64_t ns = Cfg().graph_instantiate_ns;
   api.lock().unlock();
-  SleepNs(ns);
+  if (ns > 0) SleepUntil(NowNs() + ns);
   return CUDA_SUCCESS;
 }
 

@@ -221,10 +221,6 @@ CUresult Guarded(F&& body) noexcept {
   }
 }
 
-// Sleeps `ns` (through EINTR). Needs no lock; callers that model a slow call release
-// Runtime::mu first where other threads must get through meanwhile.
-void SleepNs(uint64_t ns);
-
 // --- helpers (REQUIRES: Runtime::mu held) ---------------------------------------------------
 const Config& Cfg();
 SharedState& State();

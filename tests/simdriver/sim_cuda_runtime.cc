@@ -1,7 +1,5 @@
 // TEST DOUBLE ONLY: shared helpers of the simulated CUDA driver (see sim_cuda_internal.h).
-#include <errno.h>
 #include <pthread.h>
-#include <time.h>
 
 #include <algorithm>
 #include <iterator>
@@ -78,13 +76,6 @@ CUresult Api::Current(Context** out) const {
 
 const Config& Cfg() { return Rt().core->config; }
 SharedState& State() { return *Rt().core->state; }
-
-void SleepNs(uint64_t ns) {
-  if (ns == 0) return;
-  timespec left{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
-  while (nanosleep(&left, &left) != 0 && errno == EINTR) {
-  }
-}
 
 uint64_t RoundUp(uint64_t value, uint64_t multiple) {
   if (multiple == 0) return value;
