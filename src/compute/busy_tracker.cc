@@ -190,7 +190,7 @@ void BusyTracker::MarkTailLocked(StreamState& st, int64_t now) {
       st.mark_interval = std::max(st.mark_interval / 2, 1);
     }
   }
-  if (st.exact_left > 0) st.mark_interval = 1;  // a light measurement's exact window stays dense
+  if (st.exact_left > 0 && !deep) st.mark_interval = 1;  // a light measurement's exact window stays dense
   st.last_mark_deep = deep;
   RecordLocked(st, /*begin=*/false, previous_pending, now);
   // On failure the tail stays open and is retried at the next launch (its estimate stands in).
@@ -347,11 +347,13 @@ int64_t BusyTracker::BeforeLaunch(StreamKey stream, int64_t now, LaunchTicket* t
   if (!light) {
     st.exact_left = 0;  // a window ends with light measurement (its dense marks with it)
   } else if (st.exact_left > 0 || DrawLocked(options_.light_window_every)) {
-    // A window measured exactly (light_window_every): the light tail closed first, dense marks.
+    // A window measured exactly (light_window_every): the light tail closed first, dense marks
+    // unless the queue is deep (its intervals hold no gap whatever their length: a mark per
+    // launch would only cost the stream's kernels GPU time).
     if (st.exact_left == 0) {
       st.exact_left = std::max(options_.light_window_launches, 1);
       if (st.tail_light) MarkTailLocked(st, now);
-      st.mark_interval = 1;
+      if (!st.last_mark_deep) st.mark_interval = 1;
     }
     --st.exact_left;
     light = false;
