@@ -136,6 +136,11 @@ ROWS = [
     # ControllerOptions::run_hold_ns)
     Row("steps-8x50us", "server steps: 8 launches of 50 µs, synchronised, no host work", "spin",
         "--kernel-us 50 --steps 8", 1, "kernels/s", 0.5),
+    # a small model's decode step captured as a graph, replayed onto the idle stream at every step
+    # (bracketed by a begin and a mark): the graph's submission gap after the begin is a larger
+    # part of its span than of serve.py's (docs/compute.md, the serving row)
+    Row("steps-graph-8x20us", "server steps: a graph of 8 kernels of 20 µs, replayed and synchronised", "spin",
+        "--kernel-us 20 --steps 1 --graph-branches 1 --graph-depth 8", 1, "kernels/s", 0.5),
     Row("matmul", "cuBLAS bf16 8192³ matmul, 1 stream", "torch", "matmul", 1, "matmuls/s", 5.0),
     Row("matmul-2streams", "cuBLAS bf16 4096³ matmuls, 2 streams", "torch", "matmul --size 4096 --streams 2", 1,
         "matmuls/s", 5.0),

@@ -289,7 +289,7 @@ class Plan(unittest.TestCase):
                            capture_output=True, text=True, timeout=60)
         self.assertEqual(r.returncode, 0, r.stderr)
         out = r.stdout
-        self.assertRegex(out.splitlines()[0], r"^plan: 24 blocks, 132 steps, about [\d.]+ min")
+        self.assertRegex(out.splitlines()[0], r"^plan: 25 blocks, 139 steps, about [\d.]+ min")
         self.assertIn("concurrency' run --streams 8 --kernel-us 1000 --blocks-per-sm 2 --warmup 0.5 --seconds 1.6", out)
         # the rows whose period stretches to 200 ms: 2.5 windows
         self.assertIn("concurrency' run --streams 16 --kernel-us 50 --warmup 0.5 --seconds 4", out)
