@@ -290,14 +290,16 @@ done
 # contexts alone take 16 GiB); NVML's per-process figures summed over the group, sampled from
 # outside (nvml_peak.py) at 100 Hz or more, must never pass the limit. With 32 processes on 16
 # busy CPUs NVML's process query itself slows the sampler to ~46 Hz (H200, 2026-11-25): that row
-# asks for 40 Hz.
+# asks for 40 Hz. The sampler runs 10 nice levels above the processes it watches (nvml_peak.py
+# --priority 10; root only): on 2026-11-28 it fell to 38 Hz there, sharing the CPUs with 128
+# threads at the same priority.
 if g++ -std=c++20 -O2 -I/usr/local/cuda/include -o "$G/churn" "$MEM_HERE/churn.cc" -L/usr/local/cuda/lib64/stubs \
   -lcuda -lpthread >>"$MEM_LOG" 2>&1; then
   for spec in "8 3 1 8 100" "16 6 2 8 100" "32 12 3 24 40"; do  # processes, kills, seed, GiB, min Hz
     set -- $spec
     [ "${QUICK:-0}" = 1 ] && [ "$1" != 8 ] && continue
     started=$(date +%s.%N)
-    MEM_WATCH_ARGS=--every-new mem_watch "churn-$1" 120 CUDA_DEVICE_MEMORY_LIMIT=$4GiB -- "$G/churn" --processes "$1" \
+    MEM_WATCH_ARGS="--every-new --priority 10" mem_watch "churn-$1" 120 CUDA_DEVICE_MEMORY_LIMIT=$4GiB -- "$G/churn" --processes "$1" \
       --threads 4 --seconds 16 --kills "$2" --replace --seed "$3"
     took=$(awk -v a="$started" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
     samples=$(field "$(printf '%s\n' "$MEM_OUTPUT" | grep '^nvml_peak gpu=0 ' | tail -1)" samples)
