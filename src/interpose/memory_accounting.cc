@@ -133,12 +133,27 @@ bool InitForCuInit(std::string* error) {
                              : !registered_ledger.empty()      ? registered_ledger
                                                                : ledger::DefaultLedgerPath();
     ledger::LedgerStatus status;
-    std::string disagreement;
-    s.ledger = ledger::Ledger::Open(path, ledger::LimitSetFromConfig(config, ledger::Authority::kLibrary), &status, &disagreement);
+    std::string disagreement, replaced;
+    // Registered while the limits are checked: a ledger an earlier run of the library left behind,
+    // held by no live process, takes this process's limits (Ledger::Open), and a process opening
+    // it at the same moment finds this one alive.
+    ledger::Ledger::Opener opener;
+    opener.pid = getpid();
+    opener.host_pid = registration::HostPid();
+    opener.start_time = ledger::ProcessStartTime(opener.pid);
+    opener.states_limits = StatesLimits(config);
+    int slot = -1;
+    s.ledger = ledger::Ledger::Open(path, ledger::LimitSetFromConfig(config, ledger::Authority::kLibrary), &status,
+                                    &disagreement, &opener, &slot, &replaced);
     if (!s.ledger) {
       *error = status.message;
       return false;
     }
+    if (slot >= 0) {
+      s.registered_pid = opener.pid;
+      s.slot.store(slot);
+    }
+    if (!replaced.empty()) VGPU_INFO("%s", replaced.c_str());
     // An environment that states no limits has nothing to disagree with: the process joins the
     // limits of the ledger its authority wrote (typically vgpu-node's, named by the registration
     // answer). Only limits stated on both sides and different are an inconsistency to report.

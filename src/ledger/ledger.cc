@@ -239,10 +239,13 @@ LedgerStatus Ledger::WriteLimits(const std::string& path, const LimitSet& limits
 }
 
 std::unique_ptr<Ledger> Ledger::Open(const std::string& path, const LimitSet& env_limits, LedgerStatus* status,
-                                     std::string* disagreement) {
+                                     std::string* disagreement, const Opener* opener, int* slot,
+                                     std::string* replaced) {
   LedgerStatus local;
   if (status == nullptr) status = &local;
   if (disagreement != nullptr) disagreement->clear();
+  if (replaced != nullptr) replaced->clear();
+  if (slot != nullptr) *slot = -1;
   LimitSet create_with = env_limits;
   create_with.authority = Authority::kLibrary;
   if (const std::string problem = ValidateLimitSet(create_with); !problem.empty()) {
@@ -258,10 +261,33 @@ std::unique_ptr<Ledger> Ledger::Open(const std::string& path, const LimitSet& en
   *status = impl->ValidateThen([&] {
     if (internal::ReclaimDue(*file, CoarseNs())) impl->Reclaim();
     const LimitSet in_file = internal::LimitsOf(*file);
-    const std::string diff = CompareLimits(in_file, env_limits);
+    std::string diff = CompareLimits(in_file, env_limits);
+    if (!diff.empty() && opener != nullptr && opener->states_limits && in_file.authority == Authority::kLibrary) {
+      impl->Reclaim();  // who still holds it, now
+      if (!internal::AnyLiveSlot(*file)) {
+        const std::string conflict = internal::ApplyLimitsLocked(file, create_with);
+        if (conflict.empty()) {
+          if (replaced != nullptr) {
+            *replaced = "ledger " + path + " (limits written by library, no live process registered) takes this "
+                        "process's environment's limits (the file's vs the environment's): " + diff;
+          }
+          diff.clear();
+        } else {
+          diff += " (not replaced: " + conflict + ")";
+        }
+      }
+    }
     if (!diff.empty() && disagreement != nullptr) {
       *disagreement = "ledger " + path + " (limits written by " + AuthorityName(in_file.authority) +
                       ") disagrees with this process's environment: " + diff + "; the ledger's limits apply";
+    }
+    if (opener != nullptr && opener->pid > 0) {
+      int got = internal::RegisterLocked(file, opener->pid, opener->host_pid, opener->start_time);
+      if (got < 0) {
+        impl->Reclaim();
+        got = internal::RegisterLocked(file, opener->pid, opener->host_pid, opener->start_time);
+      }
+      if (slot != nullptr) *slot = got;
     }
     return LedgerStatus::Ok();
   });

@@ -180,12 +180,31 @@ class Ledger {
   // contradicts an existing binding, more than kLedgerMaxDevices devices, or any file error.
   static LedgerStatus WriteLimits(const std::string& path, const LimitSet& limits);
 
+  // The process that opens the ledger (Open's `opener`).
+  struct Opener {
+    int32_t pid = 0;
+    int32_t host_pid = 0;     // as known, else pid
+    uint64_t start_time = 0;  // ProcessStartTime(pid)
+    // Its environment states limits (not only which ledger to join): only then may they replace
+    // the limits a finished run of the library left in the file.
+    bool states_limits = false;
+  };
+
   // A library process opens the ledger, creating it from `env_limits` when absent (then the
   // authority is kLibrary). A corrupt, truncated or wrong-version file yields an error naming
   // the path and the problem; never a crash, never "unlimited". If the file's limits disagree
   // with `env_limits`, *disagreement receives a description (the file's limits are used).
+  // With `opener`, the opener is registered under the lock that checks the limits (*slot: its
+  // slot, -1 when the table is full), and a file whose limits the library wrote and that no live
+  // process holds any more (every registered process dead, after a reclaim) takes `env_limits`
+  // when the opener states limits: a new run with other limits is not held to the limits an
+  // earlier run left behind. *replaced then receives what changed and *disagreement stays
+  // empty. Limits an authority wrote, or a ledger a live process holds, are never replaced; the
+  // registration under the same lock makes a second opener find the first one alive.
   static std::unique_ptr<Ledger> Open(const std::string& path, const LimitSet& env_limits,
-                                      LedgerStatus* status, std::string* disagreement);
+                                      LedgerStatus* status, std::string* disagreement,
+                                      const Opener* opener = nullptr, int* slot = nullptr,
+                                      std::string* replaced = nullptr);
 
   // Opens an existing ledger read-only for `vgpu ps` (never creates, never writes, never locks:
   // the file is read with pread, so a concurrent truncation cannot crash the reader). On a

@@ -91,6 +91,8 @@ int ApplyDriverViewLocked(File* file, int device, const Ledger::DriverProcess* p
                           uint64_t read_at_ns);
 // Whether a slot's process's charges count: active or draining.
 bool HoldsCharges(const format::ProcessSlot& slot);
+// Whether any slot belongs to a process not found dead yet (active; draining slots are dead).
+bool AnyLiveSlot(const File& file);
 // Returns a slot's charges to the totals and frees it.
 void FreeSlot(File* file, int slot);
 

@@ -2,6 +2,7 @@
 // rewrites keep charges and bindings, invalid limit sets are refused, and the conversion from
 // the configuration.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include "common/config.h"
@@ -85,6 +86,125 @@ TEST(LedgerLimitsTest, TheFirstLibraryProcessWritesTheLimitsAndLaterOnesAreCheck
   EXPECT_NE(disagreement.find("written by library"), std::string::npos) << disagreement;
   EXPECT_NE(disagreement.find("other devices: memory limit 1 GiB vs 2 GiB"), std::string::npos) << disagreement;
   EXPECT_EQ(second->Limits().default_memory_limit, kGiB);
+}
+
+// The calling process as Open's opener, stating limits or not.
+Ledger::Opener Self(bool states_limits) {
+  Ledger::Opener opener;
+  opener.pid = getpid();
+  opener.host_pid = getpid();
+  opener.start_time = ProcessStartTime(getpid());
+  opener.states_limits = states_limits;
+  return opener;
+}
+
+// pids above the largest possible pid_max (2^22) never exist.
+constexpr int32_t kDeadPid = 4194304 + 17;
+
+TEST(LedgerLimitsTest, ALedgerThatFinishedRunsLeftTakesTheNextRunsLimits) {
+  TempDir dir;
+  const std::string path = dir.File("ledger");
+  std::unique_ptr<Ledger> first = testing::MustOpen(path, testing::Uniform(kGiB));
+  // A run that ended without unregistering, its memory not yet given back by the driver.
+  const int dead = first->RegisterProcess(kDeadPid, kDeadPid, 1);
+  std::string error;
+  const int device = first->BindDevice(0, "GPU-0", &error);
+  ASSERT_GE(dead, 0);
+  ASSERT_TRUE(first->TryReserve(dead, device, 100 * kMiB));
+  first.reset();
+
+  LedgerStatus status;
+  std::string disagreement = "stale", replaced;
+  int slot = -1;
+  const Ledger::Opener self = Self(true);
+  std::unique_ptr<Ledger> next =
+      Ledger::Open(path, testing::Uniform(2 * kGiB), &status, &disagreement, &self, &slot, &replaced);
+  ASSERT_NE(next, nullptr) << status.message;
+  EXPECT_EQ(disagreement, "");
+  EXPECT_NE(replaced.find(path), std::string::npos) << replaced;
+  EXPECT_NE(replaced.find("no live process"), std::string::npos) << replaced;
+  EXPECT_NE(replaced.find("other devices: memory limit 1 GiB vs 2 GiB"), std::string::npos) << replaced;
+  EXPECT_EQ(next->Limits().default_memory_limit, 2 * kGiB);
+  EXPECT_EQ(next->Limits().authority, Authority::kLibrary);
+  EXPECT_EQ(next->MemoryLimit(device), 2 * kGiB);
+  EXPECT_EQ(next->DeviceUsed(device), 100 * kMiB) << "the dead run's memory stays charged until the driver frees it";
+  ASSERT_GE(slot, 0);
+  EXPECT_EQ(testing::RegisterSelf(next.get()), slot) << "the opener was registered";
+}
+
+TEST(LedgerLimitsTest, ALiveProcessKeepsTheLedgersLimits) {
+  TempDir dir;
+  const std::string path = dir.File("ledger");
+  std::unique_ptr<Ledger> first = testing::MustOpen(path, testing::Uniform(kGiB));
+  ASSERT_GE(testing::RegisterSelf(first.get()), 0);
+  LedgerStatus status;
+  std::string disagreement, replaced = "stale";
+  const Ledger::Opener self = Self(true);
+  std::unique_ptr<Ledger> second =
+      Ledger::Open(path, testing::Uniform(2 * kGiB), &status, &disagreement, &self, nullptr, &replaced);
+  ASSERT_NE(second, nullptr) << status.message;
+  EXPECT_EQ(replaced, "");
+  EXPECT_NE(disagreement.find("the ledger's limits apply"), std::string::npos) << disagreement;
+  EXPECT_EQ(second->Limits().default_memory_limit, kGiB);
+}
+
+TEST(LedgerLimitsTest, AnOpenerRegisteredWhileTheLimitsAreCheckedHoldsThemAgainstTheNext) {
+  TempDir dir;
+  const std::string path = dir.File("ledger");
+  testing::MustOpen(path, testing::Uniform(kGiB)).reset();  // a finished run's ledger, nobody in it
+  // Another process opens it first, with other limits, and stays alive.
+  const pid_t other = fork();
+  if (other == 0) {
+    pause();
+    _exit(0);
+  }
+  ASSERT_GT(other, 0);
+  Ledger::Opener first;
+  first.pid = other;
+  first.host_pid = other;
+  first.start_time = ProcessStartTime(other);
+  first.states_limits = true;
+  LedgerStatus status;
+  std::string disagreement, replaced;
+  int slot = -1;
+  ASSERT_NE(Ledger::Open(path, testing::Uniform(2 * kGiB), &status, &disagreement, &first, &slot, &replaced), nullptr);
+  EXPECT_FALSE(replaced.empty());
+  EXPECT_GE(slot, 0);
+  // This process comes second: the first one is alive in the table, its limits stay.
+  const Ledger::Opener self = Self(true);
+  std::unique_ptr<Ledger> second =
+      Ledger::Open(path, testing::Uniform(3 * kGiB), &status, &disagreement, &self, nullptr, &replaced);
+  kill(other, SIGKILL);
+  testing::WaitChild(other, 2000);
+  ASSERT_NE(second, nullptr) << status.message;
+  EXPECT_EQ(replaced, "");
+  EXPECT_NE(disagreement.find("other devices: memory limit 2 GiB vs 3 GiB"), std::string::npos) << disagreement;
+  EXPECT_EQ(second->Limits().default_memory_limit, 2 * kGiB);
+}
+
+TEST(LedgerLimitsTest, AnAuthoritysLimitsAndAnOpenerWithoutLimitsLeaveAnUnusedLedgerAsItIs) {
+  TempDir dir;
+  const std::string path = dir.File("ledger");
+  ASSERT_TRUE(Ledger::WriteLimits(path, testing::Uniform(kGiB, Authority::kVgpuRun)).ok);
+  LedgerStatus status;
+  std::string disagreement, replaced;
+  const Ledger::Opener states = Self(true);
+  std::unique_ptr<Ledger> ledger =
+      Ledger::Open(path, testing::Uniform(2 * kGiB), &status, &disagreement, &states, nullptr, &replaced);
+  ASSERT_NE(ledger, nullptr) << status.message;
+  EXPECT_EQ(replaced, "");
+  EXPECT_NE(disagreement.find("written by vgpu run"), std::string::npos) << disagreement;
+  EXPECT_EQ(ledger->Limits().default_memory_limit, kGiB);
+
+  // A library ledger nobody holds, opened by a process that only names it (no limits of its own:
+  // it joins the ledger's, never runs unlimited).
+  const std::string joined = dir.File("joined");
+  testing::MustOpen(joined, testing::Uniform(kGiB)).reset();
+  const Ledger::Opener names = Self(false);
+  ledger = Ledger::Open(joined, testing::Uniform(0), &status, &disagreement, &names, nullptr, &replaced);
+  ASSERT_NE(ledger, nullptr) << status.message;
+  EXPECT_EQ(replaced, "");
+  EXPECT_EQ(ledger->Limits().default_memory_limit, kGiB);
 }
 
 TEST(LedgerLimitsTest, RewritingKeepsChargesIndicesAndBindings) {

@@ -360,6 +360,14 @@ void FreeSlot(File* file, int slot) {
 
 bool HoldsCharges(const ProcessSlot& p) { return p.state == format::kSlotActive || p.state == format::kSlotDraining; }
 
+bool AnyLiveSlot(const File& file) {
+  const uint32_t high = std::min<uint32_t>(file.header.slot_high_water, static_cast<uint32_t>(kLedgerMaxProcesses));
+  for (uint32_t s = 0; s < high; ++s) {
+    if (file.slots[s].state == format::kSlotActive) return true;
+  }
+  return false;
+}
+
 namespace {
 
 // Devices on which the slot holds device memory (charged or overhead), one bit each.

@@ -254,6 +254,33 @@ TEST_F(MemoryTest, LimitAbovePhysicalMemoryShowsPhysicalMemory) {
   EXPECT_EQ(t.U64("nvml_v2_total"), 8 * kGiB);
 }
 
+// One ledger (CUDA_DEVICE_MEMORY_SHARED_CACHE, or the default path) used by runs one after another
+// with other limits, as someone trying limits by hand does: a run that finds the previous runs
+// gone gets its own limits; one that finds a process of another run alive gets that run's, and
+// says so.
+TEST_F(MemoryTest, ARunAfterOthersEndedGetsItsOwnLimitsAndOneBesideALiveRunGetsTheRunsLimits) {
+  sim_["VGPU_SIM_CONTEXT_OVERHEAD"] = "64MiB";
+  const RunResult first = Run({"memory_info", "report"}, VgpuEnv(Limit(1 * kGiB)));
+  ASSERT_EQ(first.exit_code, 0) << Describe(first);
+  EXPECT_EQ(Transcript(first).U64("info_total"), 1 * kGiB) << Describe(first);
+  const RunResult second = Run({"memory_info", "report"}, VgpuEnv(Limit(2 * kGiB)));
+  ASSERT_EQ(second.exit_code, 0) << Describe(second);
+  EXPECT_EQ(Transcript(second).U64("info_total"), 2 * kGiB) << Describe(second);
+  EXPECT_EQ(second.err.find("holds other limits"), std::string::npos) << Describe(second);
+
+  RunResult holder;
+  std::thread holder_thread;
+  const pid_t pid = StartHolder(128, 64, VgpuEnv(Limit(3 * kGiB)), &holder_thread, &holder);
+  ASSERT_GT(pid, 0) << "the holder never got its memory\n" << Describe(holder);
+  const RunResult beside = Run({"memory_info", "report"}, VgpuEnv(Limit(1 * kGiB)));
+  kill(pid, SIGKILL);
+  holder_thread.join();
+  ASSERT_EQ(beside.exit_code, 0) << Describe(beside);
+  EXPECT_EQ(Transcript(beside).U64("info_total"), 3 * kGiB) << Describe(beside);
+  EXPECT_NE(beside.err.find("holds other limits than this process's environment"), std::string::npos)
+      << Describe(beside);
+}
+
 TEST_F(MemoryTest, WithoutALimitEveryFigureIsTheDriversOwn) {
   const RunResult native = Run({"memory_info", "report"}, SimEnv());
   ASSERT_EQ(native.exit_code, 0) << Describe(native);
