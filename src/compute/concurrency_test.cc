@@ -268,6 +268,45 @@ TEST(ConcurrencyTest, HostBoundTinyKernelsKeepTheirLaunchRateAndShare) {
   }
 }
 
+// One thread launching 5 us kernels (6.4 us on the GPU with its overhead) about as fast as they
+// run, as 5 us spin kernels are on an H200 under a limit (docs/benchmarks.md 2026-11-28: the
+// limiter's intervals 0.900 of the window at 90, the GPU's own busy time 0.82-0.87): its queue
+// runs dry between launches, its marks are sparse (a uniform stream), and the gaps inside its
+// intervals are charged as far as the cap (launches x the learned cost x 1.25) lets them. Such a
+// launcher gets at least its limit, at most what the limit leaves it (E = limit / its native busy
+// share), and is never charged less than its kernels ran; how far below E it stays is printed.
+TEST(ConcurrencyTest, HostPacedTinyKernelsGetBetweenTheLimitAndWhatItLeavesThem) {
+  for (int64_t host_work : {2200, 2600, 3500}) {  // the host 1.02, 1.08, 1.22 x the GPU's pace
+    WorkloadSpec w;
+    w.kernels_ns = {5 * kUs};
+    w.batch = 2000;  // as bench/compute/spin.cu: ~10 ms per batch, two in flight
+    w.max_queue = 2 * w.batch;
+    w.skip_full = true;
+    w.queue_counts_events = false;
+    w.think_ns = host_work;
+    SoloGpu gpu;
+    gpu.event_gpu_ns = 2 * kUs;  // an H200's mark between two kernels
+    double native = 0, native_busy = 0;
+    for (int target : {0, 60, 90}) {
+      SCOPED_TRACE(testing::Message() << "host work " << host_work << " ns, limit " << target);
+      const SoloRun run = RunSolo(target, w, 2 * kMs, gpu);
+      if (target == 0) {
+        native = run.work;
+        native_busy = run.busy;
+        continue;
+      }
+      const double share = 100.0 * run.work / native;
+      const double leaves = std::min(100.0, target / native_busy);
+      std::printf("[ matrix ] host-paced 5 us kernels, %.2f of the GPU's pace, at %d: %.1f of native (E %.1f), "
+                  "charged %.3f x their busy time\n",
+                  (4'300.0 + static_cast<double>(host_work)) / 6'400.0, target, share, leaves, run.measured_over_truth);
+      EXPECT_GE(share, target - 3.0);
+      EXPECT_LE(share, leaves + 3.0);
+      EXPECT_GE(run.measured_over_truth, 0.97);
+    }
+  }
+}
+
 // Containers side by side, container k running workloads[k] (seeded 7, 8, ...) in one process
 // under targets[k] (0: natively, without the library) with `controller` as its options, on a GPU
 // whose hand-overs between contexts cost what an H200's do: each one's kernel time done.
