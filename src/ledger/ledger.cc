@@ -125,6 +125,16 @@ struct Ledger::Impl {
     file->header.last_reclaim_ns = CoarseNs();
   }
 
+  // Under the lock: registers the process, reclaiming the dead first when the table is full.
+  int RegisterLocked(int32_t pid, int32_t host_pid, uint64_t start_time) const {
+    int slot = internal::RegisterLocked(file, pid, host_pid, start_time);
+    if (slot < 0) {
+      Reclaim();
+      slot = internal::RegisterLocked(file, pid, host_pid, start_time);
+    }
+    return slot;
+  }
+
   bool Writable() const { return !read_only && file != nullptr; }
 
   // TryReserve / TrySpill and Release / ReleaseSpill: one budget's admission protocol.
@@ -282,11 +292,7 @@ std::unique_ptr<Ledger> Ledger::Open(const std::string& path, const LimitSet& en
                       ") disagrees with this process's environment: " + diff + "; the ledger's limits apply";
     }
     if (opener != nullptr && opener->pid > 0) {
-      int got = internal::RegisterLocked(file, opener->pid, opener->host_pid, opener->start_time);
-      if (got < 0) {
-        impl->Reclaim();
-        got = internal::RegisterLocked(file, opener->pid, opener->host_pid, opener->start_time);
-      }
+      const int got = impl->RegisterLocked(opener->pid, opener->host_pid, opener->start_time);
       if (slot != nullptr) *slot = got;
     }
     return LedgerStatus::Ok();
@@ -315,11 +321,7 @@ std::unique_ptr<Ledger> Ledger::OpenReadOnly(const std::string& path, LedgerStat
 int Ledger::RegisterProcess(int32_t pid, int32_t host_pid, uint64_t start_time) {
   Impl& m = *impl_;
   if (pid <= 0 || !m.Writable() || !m.Lock(true)) return -1;
-  int slot = internal::RegisterLocked(m.file, pid, host_pid, start_time);
-  if (slot < 0) {
-    m.Reclaim();
-    slot = internal::RegisterLocked(m.file, pid, host_pid, start_time);
-  }
+  const int slot = m.RegisterLocked(pid, host_pid, start_time);
   m.Unlock();
   return slot;
 }

@@ -88,15 +88,18 @@ TEST(LedgerLimitsTest, TheFirstLibraryProcessWritesTheLimitsAndLaterOnesAreCheck
   EXPECT_EQ(second->Limits().default_memory_limit, kGiB);
 }
 
-// The calling process as Open's opener, stating limits or not.
-Ledger::Opener Self(bool states_limits) {
+// Process `pid` as Open's opener, stating limits or not.
+Ledger::Opener OpenerOf(pid_t pid, bool states_limits) {
   Ledger::Opener opener;
-  opener.pid = getpid();
-  opener.host_pid = getpid();
-  opener.start_time = ProcessStartTime(getpid());
+  opener.pid = pid;
+  opener.host_pid = pid;
+  opener.start_time = ProcessStartTime(pid);
   opener.states_limits = states_limits;
   return opener;
 }
+
+// The calling process as Open's opener.
+Ledger::Opener Self(bool states_limits) { return OpenerOf(getpid(), states_limits); }
 
 // pids above the largest possible pid_max (2^22) never exist.
 constexpr int32_t kDeadPid = 4194304 + 17;
@@ -159,11 +162,7 @@ TEST(LedgerLimitsTest, AnOpenerRegisteredWhileTheLimitsAreCheckedHoldsThemAgains
     _exit(0);
   }
   ASSERT_GT(other, 0);
-  Ledger::Opener first;
-  first.pid = other;
-  first.host_pid = other;
-  first.start_time = ProcessStartTime(other);
-  first.states_limits = true;
+  const Ledger::Opener first = OpenerOf(other, true);
   LedgerStatus status;
   std::string disagreement, replaced;
   int slot = -1;
