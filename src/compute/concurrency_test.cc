@@ -146,6 +146,10 @@ SoloRun RunSolo(int target, const WorkloadSpec& w, int64_t tick_ns, const SoloGp
   return run;
 }
 
+// What a limit leaves a workload busy `native_busy` of the time natively, in % of its native
+// throughput (E): the limit over that share, at most all of it.
+double WhatTheLimitLeaves(double limit, double native_busy) { return std::min(100.0, limit / native_busy); }
+
 // Timing events recorded per launch (begins and marks).
 double EventsPerLaunch(const TrackerStats& stats) {
   return static_cast<double>(stats.marks) / static_cast<double>(stats.launches);
@@ -257,7 +261,7 @@ TEST(ConcurrencyTest, HostBoundTinyKernelsKeepTheirLaunchRateAndShare) {
     const double share = 100.0 * run.work / native;
     const double marks = EventsPerLaunch(t);
     std::printf("[ matrix ] host-bound 2 us kernels at %d: %.1f of native (E %.1f), %.3f marks and %.3f queries per launch\n",
-                target, share, std::min(100.0, target / native_busy), marks,
+                target, share, WhatTheLimitLeaves(target, native_busy), marks,
                 static_cast<double>(t.queries) / static_cast<double>(t.launches));
     EXPECT_LT(marks, 0.05);
     if (target == 99) {
@@ -296,7 +300,7 @@ TEST(ConcurrencyTest, HostPacedTinyKernelsGetBetweenTheLimitAndWhatItLeavesThem)
         continue;
       }
       const double share = 100.0 * run.work / native;
-      const double leaves = std::min(100.0, target / native_busy);
+      const double leaves = WhatTheLimitLeaves(target, native_busy);
       std::printf("[ matrix ] host-paced 5 us kernels, %.2f of the GPU's pace, at %d: %.1f of native (E %.1f), "
                   "charged %.3f x their busy time\n",
                   (4'300.0 + static_cast<double>(host_work)) / 6'400.0, target, share, leaves, run.measured_over_truth);
@@ -384,7 +388,7 @@ TEST(ConcurrencyTest, ColocatedSynchronisingContainersEachGetTheirShare) {
         const std::vector<double> work = ColocatedWork(w, targets);
         for (size_t k = 0; k < targets.size(); ++k) {
           const double share = 100.0 * work[k] / native.work;
-          const double most = std::min(100.0, targets[k] / native.busy);
+          const double most = WhatTheLimitLeaves(targets[k], native.busy);
           std::printf("[ matrix ] co-located, %lld us kernels synchronised every %d (%.1f%% busy alone): #%zu of %zu "
                       "at %d -> %.1f (up to %.1f)\n",
                       static_cast<long long>(kernel / kUs), sync_every, 100 * native.busy, k, targets.size(),
@@ -499,7 +503,7 @@ TEST(ConcurrencyTest, HostBoundMixOfCheapAndExpensiveLaunchesIsCounted) {
         continue;
       }
       const double share = 100.0 * run.work / native;
-      const double expected = std::min(100.0, target / native_busy);
+      const double expected = WhatTheLimitLeaves(target, native_busy);
       std::printf("[ matrix ] host-bound mix of 3 and 40 us kernels, %d us to the GPU, at %d: %.1f of native "
                   "(its busy share leaves %.1f), %.3f marks per launch\n",
                   static_cast<int>(latency / kUs), target, share, expected, EventsPerLaunch(run.stats));
@@ -525,7 +529,7 @@ TEST(ConcurrencyTest, LightEstimatesChargeAHostBoundMixWhatItRan) {
     const SoloRun native = RunSolo(0, w, 5 * kMs, gpu);
     const SoloRun run = RunSolo(60, w, 5 * kMs, forced);
     const double share = 100.0 * run.work / native.work;
-    const double expected = std::min(100.0, 60 / native.busy);
+    const double expected = WhatTheLimitLeaves(60, native.busy);
     std::printf("[ light ] host-bound mix of 3 and 40 us kernels held light, %d us to the GPU, at 60: %.1f of native "
                 "(its busy share leaves %.1f), %lld of %lld launches light, measured %.3f of the kernels' time\n",
                 static_cast<int>(latency / kUs), share, expected, static_cast<long long>(run.stats.light_launches),
@@ -549,7 +553,7 @@ TEST(ConcurrencyTest, TheLimitersOwnEventsAreNotChargedToTheContainer) {
   const int64_t event_gpu = 2 * kUs;
   const SoloRun native = RunSolo(0, w, 5 * kMs, {.event_gpu_ns = event_gpu});
   ASSERT_LT(native.busy, 0.9);
-  const double expected = std::min(100.0, 60 / native.busy);
+  const double expected = WhatTheLimitLeaves(60, native.busy);
   double shares[2];
   const int64_t told[2] = {-1, 0};  // the tracker knows the events' cost (the harness's default), or not
   for (int i = 0; i < 2; ++i) {
@@ -611,7 +615,7 @@ TEST(ConcurrencyTest, ALauncherAtItsLimitKeepsItsRate) {
     const SoloRun exact = RunSolo(90, w, 2 * kMs, {.light = false});
     const double light_share = 100.0 * light.work / native.work;
     const double exact_share = 100.0 * exact.work / native.work;
-    const double target = std::min(100.0, 90 / native.busy);
+    const double target = WhatTheLimitLeaves(90, native.busy);
     std::printf("[ light ] host work %lld us, %.1f%% busy natively, at 90 (target %.1f): %.1f of native "
                 "(busy %.1f%%), %.1f measured exactly (busy %.1f%%)\n",
                 static_cast<long long>(think / kUs), 100 * native.busy, target, light_share, 100 * light.busy,
@@ -643,7 +647,7 @@ TEST(ConcurrencyTest, AServerInWavesAtItsLimit) {
   w.trough = LaunchPhase{{5 * kUs, 20 * kUs, 8 * kUs, 40 * kUs, 6 * kUs}, 0, 40, 25 * kUs};
   const SoloRun native = RunSolo(0, w, 2 * kMs);
   const SoloRun limited = RunSolo(90, w, 2 * kMs);
-  const double target = std::min(100.0, 90 / native.busy);
+  const double target = WhatTheLimitLeaves(90, native.busy);
   const double share = 100.0 * limited.work / native.work;
   std::printf("[ waves ] %.1f%% busy natively, at 90 (target %.1f): %.1f of native, busy %.1f%%, throttled %.1f ms, "
               "measured %.3f of the kernels' time, %.2f events per launch\n",
@@ -670,7 +674,7 @@ TEST(ConcurrencyTest, AJitteringLaunchDelayIsNotCountedAsBusy) {
   w.think_after_sync_ns = 30 * kUs;
   const SoloGpu jitter{.submit_jitter_ns = 5 * kUs};
   const SoloRun native = RunSolo(0, w, 2 * kMs, jitter);
-  const double target = std::min(100.0, 60 / native.busy);
+  const double target = WhatTheLimitLeaves(60, native.busy);
   SoloGpu excess = jitter;
   excess.start_delay_excess = 1;
   const double least = 100.0 * RunSolo(60, w, 2 * kMs, jitter).work / native.work;
